@@ -1,0 +1,160 @@
+// Package schema is the one place that defines gapless's DynamoDB tables, SQS queues and the
+// Kinesis stream as the code expects them. template.yaml declares the same resources for AWS
+// (a test in the repository root checks the two agree); the local stack, tests and the demo
+// create them from here. Production code never creates tables at runtime.
+package schema
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// Key attribute names shared by both tables; both are strings.
+const (
+	PartitionKey = "pk"
+	SortKey      = "sk"
+	// TTLAttribute holds an epoch-seconds expiry on ledger items. DynamoDB deletes expired
+	// items lazily, so readers must also treat expiresAt < now as absent.
+	TTLAttribute = "expiresAt"
+)
+
+// Table describes one DynamoDB table of gapless.
+type Table struct {
+	Name         string
+	TTLAttribute string // empty when the table has no TTL
+}
+
+// CheckpointTable and LedgerTable return the definitions for the given physical names.
+func CheckpointTable(name string) Table { return Table{Name: name} }
+
+// LedgerTable is the dedupe/ledger table, with TTL on expiresAt.
+func LedgerTable(name string) Table { return Table{Name: name, TTLAttribute: TTLAttribute} }
+
+// CreateTableInput is the exact CreateTable request for t: pk (HASH, S), sk (RANGE, S),
+// on-demand billing.
+func (t Table) CreateTableInput() *dynamodb.CreateTableInput {
+	return &dynamodb.CreateTableInput{
+		TableName: aws.String(t.Name),
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{
+			{AttributeName: aws.String(PartitionKey), AttributeType: ddbtypes.ScalarAttributeTypeS},
+			{AttributeName: aws.String(SortKey), AttributeType: ddbtypes.ScalarAttributeTypeS},
+		},
+		KeySchema: []ddbtypes.KeySchemaElement{
+			{AttributeName: aws.String(PartitionKey), KeyType: ddbtypes.KeyTypeHash},
+			{AttributeName: aws.String(SortKey), KeyType: ddbtypes.KeyTypeRange},
+		},
+		BillingMode: ddbtypes.BillingModePayPerRequest,
+	}
+}
+
+// DynamoDBAPI is the subset of *dynamodb.Client used to create tables.
+type DynamoDBAPI interface {
+	CreateTable(context.Context, *dynamodb.CreateTableInput, ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	DescribeTable(context.Context, *dynamodb.DescribeTableInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	UpdateTimeToLive(context.Context, *dynamodb.UpdateTimeToLiveInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
+}
+
+// EnsureTables creates the tables that do not exist yet and waits until they are ACTIVE.
+// TTL is enabled where the endpoint supports it (dynalite has no TTL API; readers never
+// depend on TTL deletion anyway).
+func EnsureTables(ctx context.Context, client DynamoDBAPI, tables ...Table) error {
+	for _, t := range tables {
+		_, err := client.CreateTable(ctx, t.CreateTableInput())
+		var inUse *ddbtypes.ResourceInUseException
+		if err != nil && !errors.As(err, &inUse) {
+			return fmt.Errorf("schema: create table %s: %w", t.Name, err)
+		}
+		w := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
+			o.MinDelay, o.MaxDelay = 20*time.Millisecond, 500*time.Millisecond
+		})
+		if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.Name)}, 2*time.Minute); err != nil {
+			return fmt.Errorf("schema: wait for table %s: %w", t.Name, err)
+		}
+		if t.TTLAttribute != "" {
+			_, _ = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+				TableName: aws.String(t.Name),
+				TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{
+					AttributeName: aws.String(t.TTLAttribute), Enabled: aws.Bool(true),
+				},
+			})
+		}
+	}
+	return nil
+}
+
+// KinesisAPI is the subset of *kinesis.Client used to create a stream.
+type KinesisAPI interface {
+	CreateStream(context.Context, *kinesis.CreateStreamInput, ...func(*kinesis.Options)) (*kinesis.CreateStreamOutput, error)
+	DescribeStreamSummary(context.Context, *kinesis.DescribeStreamSummaryInput, ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error)
+}
+
+// EnsureStream creates a provisioned stream with the given shard count unless it exists, and
+// waits until it is ACTIVE. It returns the stream ARN.
+func EnsureStream(ctx context.Context, client KinesisAPI, name string, shards int32) (string, error) {
+	_, err := client.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String(name), ShardCount: aws.Int32(shards)})
+	var inUse *kintypes.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return "", fmt.Errorf("schema: create stream %s: %w", name, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := client.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(name)})
+		if err != nil {
+			return "", fmt.Errorf("schema: describe stream %s: %w", name, err)
+		}
+		if out.StreamDescriptionSummary.StreamStatus == kintypes.StreamStatusActive {
+			return aws.ToString(out.StreamDescriptionSummary.StreamARN), nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("schema: stream %s not ACTIVE after a minute", name)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Queue describes one SQS queue of gapless.
+type Queue struct {
+	Name string
+	FIFO bool
+	// RetentionSeconds is MessageRetentionPeriod; 0 keeps the SQS default (4 days).
+	RetentionSeconds int
+}
+
+// ParkedRetentionSeconds is the parked queue's retention: the SQS maximum, 14 days, so a parked
+// record outlives any stream retention while someone fixes the cause.
+const ParkedRetentionSeconds = 14 * 24 * 3600
+
+// SQSAPI is the subset of *sqs.Client used to create queues.
+type SQSAPI interface {
+	CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
+}
+
+// EnsureQueue creates the queue (idempotent in SQS) and returns its URL.
+func EnsureQueue(ctx context.Context, client SQSAPI, q Queue) (string, error) {
+	attrs := map[string]string{}
+	if q.FIFO {
+		attrs[string(sqstypes.QueueAttributeNameFifoQueue)] = "true"
+	}
+	if q.RetentionSeconds > 0 {
+		attrs[string(sqstypes.QueueAttributeNameMessageRetentionPeriod)] = fmt.Sprint(q.RetentionSeconds)
+	}
+	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.Name), Attributes: attrs})
+	if err != nil {
+		return "", fmt.Errorf("schema: create queue %s: %w", q.Name, err)
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
