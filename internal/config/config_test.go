@@ -1,0 +1,97 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func base() map[string]string {
+	return map[string]string{
+		EnvGroup: "orders", EnvCheckpointTable: "cp", EnvDedupeTable: "ledger",
+		EnvParkedQueueURL: "http://q/parked", EnvTargetQueueURL: "http://q/target", EnvStreamName: "orders-stream",
+	}
+}
+
+func TestLoadConsumerDefaults(t *testing.T) {
+	c, err := LoadConsumer(env(base()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxRecordAttempts != 5 || c.MaxConcurrency != 16 || c.LedgerTTL != 192*time.Hour || c.LogPayloads || c.DeadlineMargin != 3*time.Second {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestLoadErrorsNameTheVariable(t *testing.T) {
+	tests := []struct {
+		name  string
+		set   map[string]string
+		unset string
+		want  string
+	}{
+		{"missing group", nil, EnvGroup, EnvGroup + " is required"},
+		{"missing table", nil, EnvDedupeTable, EnvDedupeTable + " is required"},
+		{"bad attempts", map[string]string{EnvMaxRecordAttempts: "zero"}, "", EnvMaxRecordAttempts},
+		{"attempts out of range", map[string]string{EnvMaxRecordAttempts: "0"}, "", EnvMaxRecordAttempts},
+		{"bad concurrency", map[string]string{EnvMaxConcurrency: "-3"}, "", EnvMaxConcurrency},
+		{"bad ttl", map[string]string{EnvLedgerTTL: "1h"}, "", EnvLedgerTTL},
+		{"bad bool", map[string]string{EnvLogPayloads: "yes please"}, "", EnvLogPayloads},
+		{"bad group", map[string]string{EnvGroup: "a|b"}, "", EnvGroup},
+		{"bad dedupe key", map[string]string{EnvDedupeKey: "order..id"}, "", EnvDedupeKey},
+		{"bad margin", map[string]string{EnvDeadlineMargin: "soon"}, "", EnvDeadlineMargin},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := base()
+			for k, v := range tt.set {
+				m[k] = v
+			}
+			delete(m, tt.unset)
+			_, err := LoadConsumer(env(m))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want ErrInvalid naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadReconciler(t *testing.T) {
+	r, err := LoadReconciler(env(base()))
+	if err != nil || r.StreamName != "orders-stream" || r.SettleAfter != DefaultSettleAfter {
+		t.Fatalf("got %+v, %v", r, err)
+	}
+	m := base()
+	delete(m, EnvStreamName)
+	m[EnvSettleAfter] = "-5m"
+	_, err = LoadReconciler(env(m))
+	if err == nil || !strings.Contains(err.Error(), EnvStreamName) || !strings.Contains(err.Error(), EnvSettleAfter) {
+		t.Fatalf("want both variables named, got %v", err)
+	}
+}
+
+func TestMinSettle(t *testing.T) {
+	tests := []struct {
+		name           string
+		timeout, win   time.Duration
+		attempts, retr int
+		want           time.Duration
+	}{
+		{"infinite retries: parking bounds it", 60 * time.Second, 0, 5, -1, 6*time.Minute + time.Minute},
+		{"few retries: the mapping gives up first", 60 * time.Second, 0, 5, 1, 3*time.Minute + time.Minute},
+		{"batching window counts", 30 * time.Second, 30 * time.Second, 5, -1, 6*time.Minute + time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := MinSettle(tt.timeout, tt.win, tt.attempts, tt.retr); got != tt.want {
+				t.Fatalf("MinSettle = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if DefaultSettleAfter < MinSettle(60*time.Second, 0, DefaultMaxRecordAttempts, -1) {
+		t.Fatal("the default settle window is shorter than the minimum for a 60s function")
+	}
+}
