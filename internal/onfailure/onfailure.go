@@ -1,0 +1,97 @@
+// Package onfailure is the message Lambda's Kinesis event-source mapping sends to an on-failure
+// destination (SQS or SNS) when it gives up on a batch: metadata only, never the records. The
+// local event-source mapping produces it and the reconciler consumes it, so both share this one
+// definition.
+//
+// Format: "Configuring destinations for event source mappings" and "Kinesis: retaining discarded
+// batches" in the AWS Lambda developer guide (invocation record with requestContext,
+// responseContext, version, timestamp and KinesisBatchInfo).
+package onfailure
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gapless-dev/gapless/internal/seqnum"
+)
+
+// Conditions Lambda reports in requestContext.condition.
+const (
+	ConditionRetryAttemptsExhausted = "RetryAttemptsExhausted"
+	ConditionRecordAgeExceeded      = "RecordAgeExceeded"
+	ConditionMaximumPayloadSize     = "MaximumPayloadSizeExceeded"
+)
+
+// ErrMalformed is wrapped by Parse errors: the message cannot name a range to re-read.
+var ErrMalformed = errors.New("malformed on-failure message")
+
+// Message is one invocation record.
+type Message struct {
+	RequestContext   RequestContext  `json:"requestContext"`
+	ResponseContext  ResponseContext `json:"responseContext"`
+	Version          string          `json:"version"`
+	Timestamp        string          `json:"timestamp"`
+	KinesisBatchInfo BatchInfo       `json:"KinesisBatchInfo"`
+}
+
+// RequestContext says which invocation failed and why.
+type RequestContext struct {
+	RequestID              string `json:"requestId"`
+	FunctionARN            string `json:"functionArn"`
+	Condition              string `json:"condition"`
+	ApproximateInvokeCount int    `json:"approximateInvokeCount"`
+}
+
+// ResponseContext is the last invocation's outcome.
+type ResponseContext struct {
+	StatusCode      int    `json:"statusCode"`
+	ExecutedVersion string `json:"executedVersion"`
+	FunctionError   string `json:"functionError,omitempty"`
+}
+
+// BatchInfo names the records the mapping gave up on (inclusive range of one shard).
+type BatchInfo struct {
+	ShardID                         string `json:"shardId"`
+	StartSequenceNumber             string `json:"startSequenceNumber"`
+	EndSequenceNumber               string `json:"endSequenceNumber"`
+	ApproximateArrivalOfFirstRecord string `json:"approximateArrivalOfFirstRecord"`
+	ApproximateArrivalOfLastRecord  string `json:"approximateArrivalOfLastRecord"`
+	BatchSize                       int    `json:"batchSize"`
+	StreamARN                       string `json:"streamArn"`
+}
+
+// StreamName returns the stream name from the ARN (arn:aws:kinesis:region:acct:stream/NAME).
+func (b BatchInfo) StreamName() string {
+	if i := strings.LastIndex(b.StreamARN, ":stream/"); i >= 0 {
+		return b.StreamARN[i+len(":stream/"):]
+	}
+	return ""
+}
+
+// Parse decodes and validates a message body: it must name a shard, a stream and a valid
+// inclusive sequence range.
+func Parse(body []byte) (Message, error) {
+	var m Message
+	if err := json.Unmarshal(body, &m); err != nil {
+		return Message{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	b := m.KinesisBatchInfo
+	switch {
+	case b.ShardID == "":
+		return Message{}, fmt.Errorf("%w: KinesisBatchInfo.shardId missing", ErrMalformed)
+	case b.StreamName() == "":
+		return Message{}, fmt.Errorf("%w: KinesisBatchInfo.streamArn %q names no stream", ErrMalformed, b.StreamARN)
+	}
+	if err := seqnum.Validate(b.StartSequenceNumber); err != nil {
+		return Message{}, fmt.Errorf("%w: startSequenceNumber: %v", ErrMalformed, err)
+	}
+	if err := seqnum.Validate(b.EndSequenceNumber); err != nil {
+		return Message{}, fmt.Errorf("%w: endSequenceNumber: %v", ErrMalformed, err)
+	}
+	if seqnum.Compare(b.StartSequenceNumber, b.EndSequenceNumber) > 0 {
+		return Message{}, fmt.Errorf("%w: startSequenceNumber after endSequenceNumber", ErrMalformed)
+	}
+	return m, nil
+}
