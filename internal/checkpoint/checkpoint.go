@@ -1,0 +1,402 @@
+// Package checkpoint keeps gapless's per-shard checkpoint mirror and verified watermark in
+// DynamoDB: one item per (group, stream, shard) in the checkpoint table, pk = "group|stream",
+// sk = shardId (docs/design.md, "Checkpoint table").
+//
+// Both positions only move forward. Each advance is one conditional UpdateItem on the
+// order-preserving encoding of the sequence number (seqnum.Encode; never a DynamoDB Number,
+// never the raw string), and a write that loses the race to a higher or equal value is a
+// Result with Advanced=false, not an error. Nothing here tells a caller to skip records: the
+// seed report's bug was a consumer that treated a lost compare-and-set as "someone else did
+// my batch". Callers decide what was processed from the ledger, never from a Result.
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/gapless-dev/gapless/internal/recordid"
+	"github.com/gapless-dev/gapless/internal/schema"
+	"github.com/gapless-dev/gapless/internal/seqnum"
+)
+
+// Errors returned (wrapped) by Store. Invalid shard keys wrap recordid.ErrInvalid and invalid
+// sequence numbers wrap seqnum.ErrInvalid; both are rejected before any DynamoDB call.
+var (
+	// ErrNotFound: the table holds no item for the shard.
+	ErrNotFound = errors.New("checkpoint: no state for shard")
+	// ErrConflict: MarkClosed found a different ending sequence number already recorded.
+	ErrConflict = errors.New("checkpoint: conflicting shard state")
+	// ErrCorrupt: an item's attributes do not have the expected types or values.
+	ErrCorrupt = errors.New("checkpoint: malformed item")
+)
+
+// Attribute names of a checkpoint item (docs/design.md).
+const (
+	attrCheckpoint       = "checkpoint"
+	attrCheckpointEnc    = "checkpointEnc"
+	attrCheckpointAt     = "checkpointAt"
+	attrWatermark        = "watermark"
+	attrWatermarkEnc     = "watermarkEnc"
+	attrWatermarkAt      = "watermarkAt"
+	attrParents          = "parents"
+	attrClosed           = "closed"
+	attrEndingSeq        = "endingSeq"
+	attrCheckpointWrites = "checkpointWrites"
+	attrRacesLost        = "racesLost"
+	attrGapsDetected     = "gapsDetected"
+	attrGapsReplayed     = "gapsReplayed"
+	attrParked           = "parked"
+	attrLostToRetention  = "lostToRetention"
+)
+
+// dynamoAPI is the part of *dynamodb.Client the store uses.
+type dynamoAPI interface {
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+var _ dynamoAPI = (*dynamodb.Client)(nil)
+
+// Store reads and writes checkpoint items. It is safe for concurrent use; concurrent writers
+// (invocations, reconciler runs) are serialized by DynamoDB's conditional writes.
+type Store struct {
+	client dynamoAPI
+	table  string
+	now    func() time.Time
+	// pageLimit caps items per Query page (0: DynamoDB's 1 MB pages); tests set it to
+	// exercise pagination.
+	pageLimit int32
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock used for checkpointAt and watermarkAt (default time.Now).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// New returns a Store on the checkpoint table named table.
+func New(client dynamoAPI, table string, opts ...Option) *Store {
+	s := &Store{client: client, table: table, now: time.Now}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
+
+// Result is the outcome of an advance.
+type Result struct {
+	// Advanced is true only when this call's write happened: the stored value is now the
+	// offered one. False means the stored value was already greater than or equal to the
+	// offered one (a lost race or a replay); it is not an error and says nothing about which
+	// records were processed.
+	Advanced bool
+	// Previous is the stored value that won, when the endpoint returns it with the failed
+	// condition (ReturnValuesOnConditionCheckFailure; DynamoDB does, dynalite does not);
+	// otherwise "". Previous equal to the offered value can mean an earlier attempt of the
+	// same write succeeded but its response was lost and the SDK retried it.
+	Previous string
+}
+
+// Counters are the per-shard totals kept on the item; AddCounters adds to them.
+type Counters struct {
+	CheckpointWrites int64 // successful checkpoint advances (bumped by Advance itself)
+	RacesLost        int64
+	GapsDetected     int64
+	GapsReplayed     int64
+	Parked           int64
+	LostToRetention  int64
+}
+
+// State is everything stored for one shard. Zero values mean "never set".
+type State struct {
+	Shard        recordid.Shard
+	Checkpoint   string // highest sequence reported done; "" before the first advance
+	Watermark    string // verified watermark; "" before the reconciler first moved it
+	Parents      []string
+	Closed       bool
+	EndingSeq    string
+	CheckpointAt time.Time
+	WatermarkAt  time.Time
+	Counters
+}
+
+// position names the attributes of one monotonic position (checkpoint or watermark).
+type position struct {
+	op      string // for errors
+	raw     string
+	enc     string
+	at      string
+	counter string // bumped on every successful advance; "" for none
+}
+
+var (
+	checkpointPos = position{op: "advance checkpoint", raw: attrCheckpoint, enc: attrCheckpointEnc, at: attrCheckpointAt, counter: attrCheckpointWrites}
+	watermarkPos  = position{op: "advance watermark", raw: attrWatermark, enc: attrWatermarkEnc, at: attrWatermarkAt}
+)
+
+// Advance moves the shard's checkpoint to seq if seq is greater than the stored checkpoint, in
+// one UpdateItem that also sets checkpointAt and adds 1 to checkpointWrites. A stored value
+// greater than or equal to seq gives Result{Advanced: false} and a nil error. Throttling and
+// server errors are returned after the SDK's own retries; Advanced is never true unless the
+// write happened.
+func (s *Store) Advance(ctx context.Context, shard recordid.Shard, seq string) (Result, error) {
+	return s.advance(ctx, checkpointPos, shard, seq)
+}
+
+// AdvanceWatermark moves the shard's verified watermark forward like Advance moves the
+// checkpoint. Only the reconciler calls it, after proving every record up to seq accounted for.
+func (s *Store) AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (Result, error) {
+	return s.advance(ctx, watermarkPos, shard, seq)
+}
+
+func (s *Store) advance(ctx context.Context, p position, shard recordid.Shard, seq string) (Result, error) {
+	if err := shard.Validate(); err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", p.op, shard, err)
+	}
+	enc, err := seqnum.Encode(seq)
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", p.op, shard, err)
+	}
+	names := map[string]string{"#raw": p.raw, "#enc": p.enc, "#at": p.at}
+	values := map[string]types.AttributeValue{
+		":raw": &types.AttributeValueMemberS{Value: seq},
+		":enc": &types.AttributeValueMemberS{Value: enc},
+		":at":  &types.AttributeValueMemberS{Value: s.timestamp()},
+	}
+	update := "SET #raw = :raw, #enc = :enc, #at = :at"
+	if p.counter != "" {
+		update += " ADD #n :one"
+		names["#n"] = p.counter
+		values[":one"] = &types.AttributeValueMemberN{Value: "1"}
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(shard),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String("attribute_not_exists(#enc) OR #enc < :enc"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+		// Tells the caller who won without a second read where the endpoint supports it
+		// (UpdateItem API reference, ReturnValuesOnConditionCheckFailure; no extra cost).
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var lost *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return Result{Advanced: true}, nil
+	case errors.As(err, &lost):
+		return Result{Previous: storedSeq(lost.Item, p.enc)}, nil
+	}
+	return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w", p.op, shard, seq, err)
+}
+
+// storedSeq decodes the encoded position from an item returned with a failed condition; ""
+// when absent or malformed (it is informational only).
+func storedSeq(item map[string]types.AttributeValue, encAttr string) string {
+	v, ok := item[encAttr].(*types.AttributeValueMemberS)
+	if !ok {
+		return ""
+	}
+	seq, err := seqnum.Decode(v.Value)
+	if err != nil {
+		return ""
+	}
+	return seq
+}
+
+// Get returns the shard's state, with a strongly consistent read. It returns an error wrapping
+// ErrNotFound when the table has no item for the shard.
+func (s *Store) Get(ctx context.Context, shard recordid.Shard) (State, error) {
+	if err := shard.Validate(); err != nil {
+		return State{}, fmt.Errorf("checkpoint: get %s: %w", shard, err)
+	}
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.table),
+		Key:            key(shard),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return State{}, fmt.Errorf("checkpoint: get %s: %w", shard, err)
+	}
+	if out.Item == nil {
+		return State{}, fmt.Errorf("checkpoint: get %s: %w", shard, ErrNotFound)
+	}
+	st, err := decode(out.Item)
+	if err != nil {
+		return State{}, fmt.Errorf("checkpoint: get %s: %w", shard, err)
+	}
+	return st, nil
+}
+
+// List returns the state of every shard of the stream known to the group, ordered by shard id,
+// reading every page of a strongly consistent Query. No shards is an empty slice, not an error.
+func (s *Store) List(ctx context.Context, group, stream string) ([]State, error) {
+	probe := recordid.Shard{Group: group, Stream: stream, ShardID: "shardId-000000000000"}
+	if err := probe.Validate(); err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s%s%s: %w", group, recordid.Separator, stream, err)
+	}
+	pk := group + recordid.Separator + stream
+	pages := dynamodb.NewQueryPaginator(s.client, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": schema.PartitionKey},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: pk}},
+		ConsistentRead:            aws.Bool(true),
+		Limit:                     limit(s.pageLimit),
+	})
+	states := []State{}
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: list %s: %w", pk, err)
+		}
+		for _, item := range page.Items {
+			st, err := decode(item)
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint: list %s: %w", pk, err)
+			}
+			states = append(states, st)
+		}
+	}
+	return states, nil
+}
+
+// SetLineage records the shard's parent shard ids (none for an original shard). Lineage is a
+// fact of the stream, so the write is unconditional and idempotent.
+func (s *Store) SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error {
+	if err := shard.Validate(); err != nil {
+		return fmt.Errorf("checkpoint: set lineage %s: %w", shard, err)
+	}
+	list := make([]types.AttributeValue, 0, len(parents))
+	for _, p := range parents {
+		parent := shard
+		parent.ShardID = p
+		if err := parent.Validate(); err != nil {
+			return fmt.Errorf("checkpoint: set lineage %s: parent: %w", shard, err)
+		}
+		list = append(list, &types.AttributeValueMemberS{Value: p})
+	}
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(shard),
+		UpdateExpression:          aws.String("SET #parents = :parents"),
+		ExpressionAttributeNames:  map[string]string{"#parents": attrParents},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":parents": &types.AttributeValueMemberL{Value: list}},
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: set lineage %s: %w", shard, err)
+	}
+	return nil
+}
+
+// MarkClosed records that the shard was closed by a reshard and its ending sequence number.
+// Repeating it with the same endingSeq is a no-op; a different endingSeq than the one stored
+// returns an error wrapping ErrConflict (a shard's ending sequence never changes).
+func (s *Store) MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error {
+	if err := shard.Validate(); err != nil {
+		return fmt.Errorf("checkpoint: mark closed %s: %w", shard, err)
+	}
+	if err := seqnum.Validate(endingSeq); err != nil {
+		return fmt.Errorf("checkpoint: mark closed %s: ending sequence: %w", shard, err)
+	}
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 key(shard),
+		UpdateExpression:                    aws.String("SET #closed = :true, #end = :end"),
+		ConditionExpression:                 aws.String("attribute_not_exists(#end) OR #end = :end"),
+		ExpressionAttributeNames:            map[string]string{"#closed": attrClosed, "#end": attrEndingSeq},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":true": &types.AttributeValueMemberBOOL{Value: true}, ":end": &types.AttributeValueMemberS{Value: endingSeq}},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var conflict *types.ConditionalCheckFailedException
+	if errors.As(err, &conflict) {
+		stored := "a different value"
+		if v, ok := conflict.Item[attrEndingSeq].(*types.AttributeValueMemberS); ok {
+			stored = v.Value
+		}
+		return fmt.Errorf("checkpoint: mark closed %s at %s: %w: ending sequence already recorded as %s", shard, endingSeq, ErrConflict, stored)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: mark closed %s at %s: %w", shard, endingSeq, err)
+	}
+	return nil
+}
+
+// AddCounters adds c to the shard's counters in one UpdateItem (DynamoDB ADD, atomic under
+// concurrent writers). Zero fields are left out; all zero makes no call. Counters only grow:
+// a negative field is rejected.
+func (s *Store) AddCounters(ctx context.Context, shard recordid.Shard, c Counters) error {
+	if err := shard.Validate(); err != nil {
+		return fmt.Errorf("checkpoint: add counters %s: %w", shard, err)
+	}
+	names := map[string]string{}
+	values := map[string]types.AttributeValue{}
+	var adds []string
+	for i, f := range c.fields() {
+		if *f.v < 0 {
+			return fmt.Errorf("checkpoint: add counters %s: %s is negative (%d); counters only grow", shard, f.attr, *f.v)
+		}
+		if *f.v == 0 {
+			continue
+		}
+		n, v := "#c"+strconv.Itoa(i), ":c"+strconv.Itoa(i)
+		names[n] = f.attr
+		values[v] = &types.AttributeValueMemberN{Value: strconv.FormatInt(*f.v, 10)}
+		adds = append(adds, n+" "+v)
+	}
+	if len(adds) == 0 {
+		return nil
+	}
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(shard),
+		UpdateExpression:          aws.String("ADD " + strings.Join(adds, ", ")),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: add counters %s: %w", shard, err)
+	}
+	return nil
+}
+
+type counterField struct {
+	attr string
+	v    *int64
+}
+
+func (c *Counters) fields() []counterField {
+	return []counterField{
+		{attrCheckpointWrites, &c.CheckpointWrites},
+		{attrRacesLost, &c.RacesLost},
+		{attrGapsDetected, &c.GapsDetected},
+		{attrGapsReplayed, &c.GapsReplayed},
+		{attrParked, &c.Parked},
+		{attrLostToRetention, &c.LostToRetention},
+	}
+}
+
+func key(shard recordid.Shard) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		schema.PartitionKey: &types.AttributeValueMemberS{Value: shard.Group + recordid.Separator + shard.Stream},
+		schema.SortKey:      &types.AttributeValueMemberS{Value: shard.ShardID},
+	}
+}
+
+func limit(n int32) *int32 {
+	if n <= 0 {
+		return nil
+	}
+	return aws.Int32(n)
+}
+
+func (s *Store) timestamp() string { return s.now().UTC().Format(time.RFC3339Nano) }
