@@ -8,6 +8,7 @@ BIN       := bin
 .PHONY: all tools up down test test-dynalite test-moto lint vet fmt-check clean gapless
 
 all: lint test
+include mk/sam.mk
 
 ## tools: install the pinned local-stack emulators (tools/package-lock.json)
 tools: tools/node_modules/.package-lock.json

@@ -1,0 +1,315 @@
+// Package deploy holds the tests that tie the SAM application (template.yaml, samconfig.toml,
+// mk/sam.mk) to the code: environment variable names, table keys, defaults, IAM scope and the
+// build targets. It has no non-test code.
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// repoRoot is the module root (this package lives one level below it).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root %s: %v", root, err)
+	}
+	return root
+}
+
+// cfn is a CloudFormation template held as YAML nodes. Short-form intrinsics (!Ref, !GetAtt, !If,
+// !Sub, …) stay on the nodes as their Tag; long forms ({Ref: X}, {Fn::GetAtt: …}) are read too.
+type cfn struct {
+	t    *testing.T
+	root *yaml.Node
+}
+
+func loadCFN(t *testing.T, path string) *cfn {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("parse %s: %v", path, err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		t.Fatalf("%s: not a YAML mapping document", path)
+	}
+	return &cfn{t: t, root: doc.Content[0]}
+}
+
+func loadTemplate(t *testing.T) *cfn {
+	t.Helper()
+	return loadCFN(t, filepath.Join(repoRoot(t), "template.yaml"))
+}
+
+// get follows mapping keys from n; nil when any key is missing or a node is not a mapping.
+func get(n *yaml.Node, keys ...string) *yaml.Node {
+	for _, k := range keys {
+		if n == nil || n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				next = n.Content[i+1]
+				break
+			}
+		}
+		n = next
+	}
+	return n
+}
+
+// keys lists the keys of mapping n in order.
+func keys(n *yaml.Node) []string {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	var ks []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		ks = append(ks, n.Content[i].Value)
+	}
+	return ks
+}
+
+// resource returns the resource's mapping (Type, Properties, …), failing the test when absent.
+func (c *cfn) resource(id string) *yaml.Node {
+	c.t.Helper()
+	r := get(c.root, "Resources", id)
+	if r == nil {
+		c.t.Fatalf("template.yaml: resource %s missing", id)
+	}
+	return r
+}
+
+// prop is resource id's Properties.<path>, nil when absent.
+func (c *cfn) prop(id string, path ...string) *yaml.Node {
+	c.t.Helper()
+	return get(c.resource(id), append([]string{"Properties"}, path...)...)
+}
+
+// resourcesOfType lists the logical ids of the resources with the given Type, in file order.
+func (c *cfn) resourcesOfType(typ string) []string {
+	res := get(c.root, "Resources")
+	var ids []string
+	for _, id := range keys(res) {
+		if scalar(get(res, id, "Type")) == typ {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// param returns parameter name's declaration, failing the test when absent.
+func (c *cfn) param(name string) *yaml.Node {
+	c.t.Helper()
+	p := get(c.root, "Parameters", name)
+	if p == nil {
+		c.t.Fatalf("template.yaml: parameter %s missing", name)
+	}
+	return p
+}
+
+// paramDefault is parameter name's Default as a string ("" when it has none).
+func (c *cfn) paramDefault(name string) string {
+	c.t.Helper()
+	return scalar(get(c.param(name), "Default"))
+}
+
+// paramDefaultInt is a Number parameter's default.
+func (c *cfn) paramDefaultInt(name string) int {
+	c.t.Helper()
+	n, err := strconv.Atoi(c.paramDefault(name))
+	if err != nil {
+		c.t.Fatalf("parameter %s: default %q is not an integer", name, c.paramDefault(name))
+	}
+	return n
+}
+
+// scalar is the value of a plain scalar node ("" for nil, intrinsics and collections).
+func scalar(n *yaml.Node) string {
+	if n == nil || n.Kind != yaml.ScalarNode || isIntrinsicTag(n.Tag) {
+		return ""
+	}
+	return n.Value
+}
+
+func isIntrinsicTag(tag string) bool {
+	return strings.HasPrefix(tag, "!") && !strings.HasPrefix(tag, "!!")
+}
+
+// intrinsic reports the function a node calls ("Ref", "Fn::GetAtt", "Fn::If", "Condition", …)
+// and its argument node, for both the short (!Ref X) and the long ({Ref: X}) form.
+func intrinsic(n *yaml.Node) (fn string, arg *yaml.Node) {
+	if n == nil {
+		return "", nil
+	}
+	if isIntrinsicTag(n.Tag) {
+		name := strings.TrimPrefix(n.Tag, "!")
+		if name != "Ref" && name != "Condition" {
+			name = "Fn::" + name
+		}
+		// The argument is the node itself without its tag.
+		bare := *n
+		bare.Tag = ""
+		return name, &bare
+	}
+	if n.Kind == yaml.MappingNode && len(n.Content) == 2 {
+		k := n.Content[0].Value
+		if k == "Ref" || k == "Condition" || strings.HasPrefix(k, "Fn::") {
+			return k, n.Content[1]
+		}
+	}
+	return "", nil
+}
+
+// ref is X for !Ref X, "" otherwise.
+func ref(n *yaml.Node) string {
+	if fn, arg := intrinsic(n); fn == "Ref" && arg.Kind == yaml.ScalarNode {
+		return arg.Value
+	}
+	return ""
+}
+
+// getAtt is "X.Attr" for !GetAtt X.Attr or !GetAtt [X, Attr], "" otherwise.
+func getAtt(n *yaml.Node) string {
+	fn, arg := intrinsic(n)
+	if fn != "Fn::GetAtt" {
+		return ""
+	}
+	switch arg.Kind {
+	case yaml.ScalarNode:
+		return arg.Value
+	case yaml.SequenceNode:
+		if len(arg.Content) == 2 {
+			return arg.Content[0].Value + "." + arg.Content[1].Value
+		}
+	}
+	return ""
+}
+
+// ifArgs returns the condition name and both branches of !If [cond, a, b].
+func ifArgs(n *yaml.Node) (cond string, a, b *yaml.Node, ok bool) {
+	fn, arg := intrinsic(n)
+	if fn != "Fn::If" || arg.Kind != yaml.SequenceNode || len(arg.Content) != 3 {
+		return "", nil, nil, false
+	}
+	return arg.Content[0].Value, arg.Content[1], arg.Content[2], true
+}
+
+// alternatives expands !If into the values it can take, dropping !Ref AWS::NoValue; any other
+// node is its only alternative.
+func alternatives(n *yaml.Node) []*yaml.Node {
+	if ref(n) == "AWS::NoValue" {
+		return nil
+	}
+	if _, a, b, ok := ifArgs(n); ok {
+		return append(alternatives(a), alternatives(b)...)
+	}
+	return []*yaml.Node{n}
+}
+
+// targets names what a value can refer to, across !If branches: "X" for !Ref X, "X.Attr" for
+// !GetAtt, the referenced names for !Select/!Split/!Join, "sub:<text>" for !Sub and "=<text>"
+// for a literal. A list yields the targets of its items.
+func targets(n *yaml.Node) []string {
+	var out []string
+	for _, v := range alternatives(n) {
+		switch fn, arg := intrinsic(v); {
+		case fn == "Ref":
+			out = append(out, arg.Value)
+		case fn == "Fn::GetAtt":
+			out = append(out, getAtt(v))
+		case fn == "Fn::Sub":
+			out = append(out, "sub:"+arg.Value)
+		case fn == "Fn::Select" && arg.Kind == yaml.SequenceNode && len(arg.Content) == 2:
+			out = append(out, targets(arg.Content[1])...)
+		case (fn == "Fn::Split" || fn == "Fn::Join") && arg.Kind == yaml.SequenceNode && len(arg.Content) == 2:
+			out = append(out, targets(arg.Content[1])...)
+		case fn != "":
+			out = append(out, "fn:"+fn)
+		case v.Kind == yaml.SequenceNode:
+			for _, item := range v.Content {
+				out = append(out, targets(item)...)
+			}
+		case v.Kind == yaml.ScalarNode:
+			out = append(out, "="+v.Value)
+		default:
+			out = append(out, "?"+v.ShortTag())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// stringList returns a scalar or a sequence of scalars as a list.
+func stringList(n *yaml.Node) []string {
+	switch {
+	case n == nil:
+		return nil
+	case n.Kind == yaml.ScalarNode:
+		return []string{n.Value}
+	case n.Kind == yaml.SequenceNode:
+		var out []string
+		for _, c := range n.Content {
+			out = append(out, c.Value)
+		}
+		return out
+	}
+	return nil
+}
+
+// conditionParam returns P when condition name is !Equals [!Ref P, "true"] — the way a "true"/
+// "false" String parameter becomes a Boolean property through !If [cond, true, false].
+func (c *cfn) conditionParam(name string) string {
+	fn, arg := intrinsic(get(c.root, "Conditions", name))
+	if fn != "Fn::Equals" || arg.Kind != yaml.SequenceNode || len(arg.Content) != 2 {
+		return ""
+	}
+	if p := ref(arg.Content[0]); p != "" && scalar(arg.Content[1]) == "true" {
+		return p
+	}
+	return ""
+}
+
+// paramOf names the parameter a property takes its value from: !Ref P, or
+// !If [C, true, false] with C = !Equals [!Ref P, "true"]. "" otherwise.
+func (c *cfn) paramOf(n *yaml.Node) string {
+	if p := ref(n); p != "" && get(c.root, "Parameters", p) != nil {
+		return p
+	}
+	if cond, a, b, ok := ifArgs(n); ok && scalar(a) == "true" && scalar(b) == "false" {
+		return c.conditionParam(cond)
+	}
+	return ""
+}
+
+// mentions reports whether any scalar under n has the value name (e.g. a parameter referenced
+// somewhere inside a condition).
+func mentions(n *yaml.Node, name string) bool {
+	if n == nil {
+		return false
+	}
+	if n.Kind == yaml.ScalarNode && n.Value == name {
+		return true
+	}
+	for _, c := range n.Content {
+		if mentions(c, name) {
+			return true
+		}
+	}
+	return false
+}

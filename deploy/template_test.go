@@ -1,0 +1,717 @@
+package deploy
+
+import (
+	"context"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"gopkg.in/yaml.v3"
+
+	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/metrics"
+	"github.com/gapless-dev/gapless/internal/recordid"
+	"github.com/gapless-dev/gapless/internal/schema"
+)
+
+// The parameter names and defaults other code relies on (the local event-source mapping reads
+// these defaults from template.yaml).
+var wantParameterDefaults = map[string]string{
+	"StreamArn":                  "",
+	"StreamShardCount":           "4",
+	"StreamRetentionHours":       "24",
+	"GroupName":                  "gapless",
+	"BatchSize":                  "100",
+	"BatchingWindowSeconds":      "1",
+	"ParallelizationFactor":      "4",
+	"MaximumRetryAttempts":       "-1",
+	"MaximumRecordAgeSeconds":    "-1",
+	"BisectBatchOnFunctionError": "true",
+	"StartingPosition":           "TRIM_HORIZON",
+	"ConsumerTimeoutSeconds":     "60",
+	"MaxRecordAttempts":          "5",
+	"MaxConcurrency":             "16",
+	"ReconcileSchedule":          "rate(5 minutes)",
+	"SettleAfter":                "30m",
+	"LedgerTTL":                  "192h",
+	"AlarmEmail":                 "",
+	"TableDeletionProtection":    "true",
+	"TargetQueueFifo":            "false",
+	"DedupeKey":                  "",
+}
+
+func TestParameterDefaults(t *testing.T) {
+	c := loadTemplate(t)
+	for _, name := range slices.Sorted(maps.Keys(wantParameterDefaults)) {
+		if got, want := c.paramDefault(name), wantParameterDefaults[name]; got != want {
+			t.Errorf("parameter %s: Default %q, want %q", name, got, want)
+		}
+	}
+	// Defaults the code also has must be the same values.
+	if got := c.paramDefaultInt("MaxRecordAttempts"); got != config.DefaultMaxRecordAttempts {
+		t.Errorf("MaxRecordAttempts default %d, config.DefaultMaxRecordAttempts %d", got, config.DefaultMaxRecordAttempts)
+	}
+	if got := c.paramDefaultInt("MaxConcurrency"); got != config.DefaultMaxConcurrency {
+		t.Errorf("MaxConcurrency default %d, config.DefaultMaxConcurrency %d", got, config.DefaultMaxConcurrency)
+	}
+	for name, want := range map[string]time.Duration{"SettleAfter": config.DefaultSettleAfter, "LedgerTTL": config.DefaultLedgerTTL} {
+		got, err := time.ParseDuration(c.paramDefault(name))
+		if err != nil || got != want {
+			t.Errorf("%s default %q (%v), config default %v", name, c.paramDefault(name), err, want)
+		}
+	}
+}
+
+// settings are the parameter values a deployment runs with.
+type settings map[string]string
+
+func (s settings) duration(t *testing.T, name string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s[name])
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s[name], err)
+	}
+	return d
+}
+
+func (s settings) int(t *testing.T, name string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s[name])
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s[name], err)
+	}
+	return n
+}
+
+func (c *cfn) defaults() settings {
+	s := settings{}
+	for _, name := range keys(get(c.root, "Parameters")) {
+		s[name] = c.paramDefault(name)
+	}
+	return s
+}
+
+// checkTiming asserts the settle window and ledger TTL rules of internal/config for one set of
+// parameter values.
+func checkTiming(t *testing.T, s settings) {
+	t.Helper()
+	settle := s.duration(t, "SettleAfter")
+	minSettle := config.MinSettle(
+		time.Duration(s.int(t, "ConsumerTimeoutSeconds"))*time.Second,
+		time.Duration(s.int(t, "BatchingWindowSeconds"))*time.Second,
+		s.int(t, "MaxRecordAttempts"),
+		s.int(t, "MaximumRetryAttempts"),
+	)
+	if settle < minSettle {
+		t.Errorf("SettleAfter %v < config.MinSettle %v", settle, minSettle)
+	}
+	ttl := s.duration(t, "LedgerTTL")
+	retention := time.Duration(s.int(t, "StreamRetentionHours")) * time.Hour
+	if ttl < retention+settle {
+		t.Errorf("LedgerTTL %v < StreamRetentionHours %v + SettleAfter %v", ttl, retention, settle)
+	}
+}
+
+func TestSettleWindowCoversMinSettle(t *testing.T) {
+	c := loadTemplate(t)
+	s := c.defaults()
+	checkTiming(t, s)
+	// The description quotes the minimum for the defaults; keep it honest.
+	minimum := config.MinSettle(
+		time.Duration(s.int(t, "ConsumerTimeoutSeconds"))*time.Second,
+		time.Duration(s.int(t, "BatchingWindowSeconds"))*time.Second,
+		s.int(t, "MaxRecordAttempts"), s.int(t, "MaximumRetryAttempts"))
+	if desc := scalar(get(c.param("SettleAfter"), "Description")); !strings.Contains(desc, minimum.String()+" for the defaults") {
+		t.Errorf("SettleAfter description should say %q: %s", minimum.String()+" for the defaults", desc)
+	}
+}
+
+// The environment each function must get, as the targets of each value (see targets).
+var (
+	commonEnv = map[string][]string{
+		config.EnvGroup:             {"GroupName"},
+		config.EnvCheckpointTable:   {"CheckpointTable"},
+		config.EnvDedupeTable:       {"LedgerTable"},
+		config.EnvParkedQueueURL:    {"ParkedQueue"},
+		config.EnvTargetQueueURL:    {"TargetQueue"},
+		config.EnvMaxRecordAttempts: {"MaxRecordAttempts"},
+		config.EnvMaxConcurrency:    {"MaxConcurrency"},
+		config.EnvDedupeKey:         {"DedupeKey"},
+		config.EnvLedgerTTL:         {"LedgerTTL"},
+		config.EnvLogPayloads:       {"=false"},
+	}
+	wantEnv = map[string]map[string][]string{
+		"ConsumerFunction": commonEnv,
+		"ReconcilerFunction": with(commonEnv, map[string][]string{
+			// the created stream's name, or the name part of StreamArn
+			config.EnvStreamName:  {"Stream", "StreamArn"},
+			config.EnvSettleAfter: {"SettleAfter"},
+		}),
+	}
+)
+
+func with(base, extra map[string][]string) map[string][]string {
+	m := maps.Clone(base)
+	maps.Copy(m, extra)
+	return m
+}
+
+func (c *cfn) env(fn string) map[string]*yaml.Node {
+	vars := c.prop(fn, "Environment", "Variables")
+	m := map[string]*yaml.Node{}
+	for _, k := range keys(vars) {
+		m[k] = get(vars, k)
+	}
+	if g := get(c.root, "Globals", "Function", "Environment"); g != nil {
+		c.t.Errorf("Globals sets Environment: keep each function's variables in one place")
+	}
+	return m
+}
+
+func TestFunctionEnvironment(t *testing.T) {
+	c := loadTemplate(t)
+	required := map[string][]string{
+		"ConsumerFunction":   config.ConsumerRequired,
+		"ReconcilerFunction": config.ReconcilerRequired,
+	}
+	for fn, want := range wantEnv {
+		t.Run(fn, func(t *testing.T) {
+			env := c.env(fn)
+			for _, name := range required[fn] {
+				if env[name] == nil {
+					t.Errorf("required %s not set", name)
+				}
+			}
+			for _, name := range slices.Sorted(maps.Keys(env)) {
+				w, ok := want[name]
+				if !ok {
+					t.Errorf("unexpected variable %s", name)
+					continue
+				}
+				if got := targets(env[name]); !slices.Equal(got, w) {
+					t.Errorf("%s = %v, want %v", name, got, w)
+				}
+			}
+			for name := range want {
+				if env[name] == nil {
+					t.Errorf("%s not set", name)
+				}
+			}
+		})
+	}
+}
+
+// TestDefaultsLoad feeds each function's environment, with every parameter at its default and
+// every resource given a placeholder, to the config loaders the mains use.
+func TestDefaultsLoad(t *testing.T) {
+	c := loadTemplate(t)
+	defaults := c.defaults()
+	resolve := func(fn string) map[string]string {
+		out := map[string]string{}
+		for name, v := range c.env(fn) {
+			alts := alternatives(v)
+			if len(alts) == 0 {
+				t.Fatalf("%s: %s has no value", fn, name)
+			}
+			switch p := ref(alts[0]); {
+			case scalar(alts[0]) != "" || alts[0].Tag == "!!str":
+				out[name] = alts[0].Value
+			case p != "" && get(c.root, "Parameters", p) != nil:
+				out[name] = defaults[p]
+			default: // a resource: table name, queue URL, stream name
+				out[name] = "placeholder-" + strings.ToLower(name)
+			}
+		}
+		return out
+	}
+	consumerEnv := resolve("ConsumerFunction")
+	cons, err := config.LoadConsumer(func(k string) string { return consumerEnv[k] })
+	if err != nil {
+		t.Fatalf("consumer config with template defaults: %v", err)
+	}
+	reconcilerEnv := resolve("ReconcilerFunction")
+	rec, err := config.LoadReconciler(func(k string) string { return reconcilerEnv[k] })
+	if err != nil {
+		t.Fatalf("reconciler config with template defaults: %v", err)
+	}
+	for _, com := range []config.Common{cons.Common, rec.Common} {
+		if com.Group != defaults["GroupName"] || com.LogPayloads || com.DedupeKey != "" ||
+			com.MaxRecordAttempts != defaults.int(t, "MaxRecordAttempts") || com.LedgerTTL != defaults.duration(t, "LedgerTTL") {
+			t.Errorf("loaded %+v, want the template defaults", com)
+		}
+	}
+	if rec.SettleAfter != defaults.duration(t, "SettleAfter") {
+		t.Errorf("SettleAfter loaded %v, default %s", rec.SettleAfter, defaults["SettleAfter"])
+	}
+}
+
+func TestParameterPatternsMatchCode(t *testing.T) {
+	c := loadTemplate(t)
+	pattern := func(name string) *regexp.Regexp {
+		p := scalar(get(c.param(name), "AllowedPattern"))
+		if p == "" {
+			t.Fatalf("parameter %s has no AllowedPattern", name)
+		}
+		return regexp.MustCompile(p)
+	}
+	group := pattern("GroupName")
+	for _, g := range []string{"gapless", "orders-v2", "a.b:c_d", "", "has space", "a|b", "ü", strings.Repeat("g", 256), strings.Repeat("g", 257)} {
+		codeOK := recordid.Shard{Group: g, Stream: "s", ShardID: "s"}.Validate() == nil
+		if group.MatchString(g) != codeOK {
+			t.Errorf("GroupName %q: template pattern accepts=%v, recordid accepts=%v", g, group.MatchString(g), codeOK)
+		}
+	}
+	for _, name := range []string{"SettleAfter", "LedgerTTL"} {
+		re := pattern(name)
+		for _, v := range []string{"30m", "192h", "1h30m", "90s", "1.5h", "250ms", "", "30", "-1h", "1d", "h", "30 m"} {
+			d, err := time.ParseDuration(v)
+			codeOK := err == nil && d > 0
+			if re.MatchString(v) != codeOK {
+				t.Errorf("%s %q: template pattern accepts=%v, time.ParseDuration>0 accepts=%v", name, v, re.MatchString(v), codeOK)
+			}
+		}
+	}
+	dedupe := pattern("DedupeKey")
+	for _, v := range []string{"", "id", "order.id", "a.b.c", ".id", "id.", "a..b"} {
+		codeOK := true
+		if _, err := config.LoadConsumer(func(k string) string {
+			return map[string]string{config.EnvGroup: "g", config.EnvCheckpointTable: "c", config.EnvDedupeTable: "d",
+				config.EnvParkedQueueURL: "p", config.EnvTargetQueueURL: "t", config.EnvDedupeKey: v}[k]
+		}); err != nil {
+			codeOK = false
+		}
+		if dedupe.MatchString(v) != codeOK {
+			t.Errorf("DedupeKey %q: template pattern accepts=%v, config accepts=%v", v, dedupe.MatchString(v), codeOK)
+		}
+	}
+}
+
+func TestTablesMatchSchema(t *testing.T) {
+	c := loadTemplate(t)
+	for id, def := range map[string]schema.Table{
+		"CheckpointTable": schema.CheckpointTable("x"),
+		"LedgerTable":     schema.LedgerTable("x"),
+	} {
+		t.Run(id, func(t *testing.T) {
+			in := def.CreateTableInput()
+			var wantAttrs, gotAttrs, wantKeys, gotKeys []string
+			for _, a := range in.AttributeDefinitions {
+				wantAttrs = append(wantAttrs, aws.ToString(a.AttributeName)+":"+string(a.AttributeType))
+			}
+			for _, k := range in.KeySchema {
+				wantKeys = append(wantKeys, aws.ToString(k.AttributeName)+":"+string(k.KeyType))
+			}
+			for _, a := range c.prop(id, "AttributeDefinitions").Content {
+				gotAttrs = append(gotAttrs, scalar(get(a, "AttributeName"))+":"+scalar(get(a, "AttributeType")))
+			}
+			for _, k := range c.prop(id, "KeySchema").Content {
+				gotKeys = append(gotKeys, scalar(get(k, "AttributeName"))+":"+scalar(get(k, "KeyType")))
+			}
+			slices.Sort(wantAttrs)
+			slices.Sort(gotAttrs)
+			if !slices.Equal(gotAttrs, wantAttrs) {
+				t.Errorf("AttributeDefinitions %v, schema %v", gotAttrs, wantAttrs)
+			}
+			if !slices.Equal(gotKeys, wantKeys) { // order matters: HASH first
+				t.Errorf("KeySchema %v, schema %v", gotKeys, wantKeys)
+			}
+			if got := scalar(c.prop(id, "BillingMode")); got != string(in.BillingMode) {
+				t.Errorf("BillingMode %q, schema %q", got, in.BillingMode)
+			}
+			ttl := c.prop(id, "TimeToLiveSpecification")
+			if got := scalar(get(ttl, "AttributeName")); got != def.TTLAttribute {
+				t.Errorf("TTL attribute %q, schema %q", got, def.TTLAttribute)
+			}
+			if def.TTLAttribute != "" && scalar(get(ttl, "Enabled")) != "true" {
+				t.Errorf("TTL not enabled")
+			}
+			if scalar(c.prop(id, "PointInTimeRecoverySpecification", "PointInTimeRecoveryEnabled")) != "true" {
+				t.Errorf("point-in-time recovery not enabled")
+			}
+			if got := c.paramOf(c.prop(id, "DeletionProtectionEnabled")); got != "TableDeletionProtection" {
+				t.Errorf("DeletionProtectionEnabled comes from %q, want parameter TableDeletionProtection", got)
+			}
+		})
+	}
+	if schema.LedgerTable("x").TTLAttribute != schema.TTLAttribute {
+		t.Errorf("schema.LedgerTable TTL %q != schema.TTLAttribute %q", schema.LedgerTable("x").TTLAttribute, schema.TTLAttribute)
+	}
+}
+
+func TestQueues(t *testing.T) {
+	c := loadTemplate(t)
+	if got := scalar(c.prop("ParkedQueue", "MessageRetentionPeriod")); got != strconv.Itoa(schema.ParkedRetentionSeconds) {
+		t.Errorf("ParkedQueue retention %s, schema.ParkedRetentionSeconds %d", got, schema.ParkedRetentionSeconds)
+	}
+	for _, id := range c.resourcesOfType("AWS::SQS::Queue") {
+		if scalar(c.prop(id, "SqsManagedSseEnabled")) != "true" {
+			t.Errorf("%s: SqsManagedSseEnabled is not true", id)
+		}
+	}
+	for queue, dlq := range map[string]string{"FailureQueue": "FailureDeadLetterQueue", "TargetQueue": "TargetDeadLetterQueue"} {
+		rp := c.prop(queue, "RedrivePolicy")
+		if got := getAtt(get(rp, "deadLetterTargetArn")); got != dlq+".Arn" {
+			t.Errorf("%s redrives to %q, want %s", queue, got, dlq)
+		}
+		if n, err := strconv.Atoi(scalar(get(rp, "maxReceiveCount"))); err != nil || n < 1 {
+			t.Errorf("%s: maxReceiveCount %q", queue, scalar(get(rp, "maxReceiveCount")))
+		}
+	}
+	// A FIFO queue's DLQ must be FIFO too: both follow the same condition.
+	for _, id := range []string{"TargetQueue", "TargetDeadLetterQueue"} {
+		cond, a, b, ok := ifArgs(c.prop(id, "FifoQueue"))
+		if !ok || cond != "TargetFifo" || scalar(a) != "true" || ref(b) != "AWS::NoValue" {
+			t.Errorf("%s: FifoQueue must be !If [TargetFifo, true, !Ref AWS::NoValue]", id)
+		}
+	}
+	if c.conditionParam("TargetFifo") != "TargetQueueFifo" {
+		t.Errorf("condition TargetFifo must test parameter TargetQueueFifo")
+	}
+	// The SQS event source needs the visibility timeout to cover the function timeout.
+	vis, _ := strconv.Atoi(scalar(c.prop("FailureQueue", "VisibilityTimeout")))
+	if timeout := c.functionTimeout("ReconcilerFunction"); vis < timeout {
+		t.Errorf("FailureQueue VisibilityTimeout %d < reconciler Timeout %d", vis, timeout)
+	}
+}
+
+// functionTimeout is a function's literal Timeout, from its Properties or Globals.
+func (c *cfn) functionTimeout(fn string) int {
+	c.t.Helper()
+	n := c.prop(fn, "Timeout")
+	if n == nil {
+		n = get(c.root, "Globals", "Function", "Timeout")
+	}
+	v, err := strconv.Atoi(scalar(n))
+	if err != nil {
+		c.t.Fatalf("%s: Timeout is not a literal number", fn)
+	}
+	return v
+}
+
+// events returns a function's events of the given Type.
+func (c *cfn) events(fn, typ string) []*yaml.Node {
+	evs := c.prop(fn, "Events")
+	var out []*yaml.Node
+	for _, k := range keys(evs) {
+		if scalar(get(evs, k, "Type")) == typ {
+			out = append(out, get(evs, k, "Properties"))
+		}
+	}
+	return out
+}
+
+func TestConsumerMapping(t *testing.T) {
+	c := loadTemplate(t)
+	evs := c.events("ConsumerFunction", "Kinesis")
+	if len(evs) != 1 {
+		t.Fatalf("ConsumerFunction has %d Kinesis events, want 1", len(evs))
+	}
+	ev := evs[0]
+	for prop, param := range map[string]string{
+		"StartingPosition":               "StartingPosition",
+		"BatchSize":                      "BatchSize",
+		"MaximumBatchingWindowInSeconds": "BatchingWindowSeconds",
+		"ParallelizationFactor":          "ParallelizationFactor",
+		"MaximumRetryAttempts":           "MaximumRetryAttempts",
+		"MaximumRecordAgeInSeconds":      "MaximumRecordAgeSeconds",
+		"BisectBatchOnFunctionError":     "BisectBatchOnFunctionError",
+	} {
+		if got := c.paramOf(get(ev, prop)); got != param {
+			t.Errorf("mapping %s comes from %q, want parameter %s", prop, got, param)
+		}
+	}
+	if got := targets(get(ev, "Stream")); !slices.Equal(got, []string{"Stream.Arn", "StreamArn"}) {
+		t.Errorf("mapping Stream = %v", got)
+	}
+	if c.paramOf(c.prop("ConsumerFunction", "Timeout")) != "ConsumerTimeoutSeconds" {
+		t.Errorf("ConsumerFunction Timeout must be !Ref ConsumerTimeoutSeconds (MinSettle depends on it)")
+	}
+	if !slices.Contains(stringList(get(ev, "FunctionResponseTypes")), "ReportBatchItemFailures") {
+		t.Errorf("Kinesis event lacks FunctionResponseTypes ReportBatchItemFailures")
+	}
+	if got := getAtt(get(ev, "DestinationConfig", "OnFailure", "Destination")); got != "FailureQueue.Arn" {
+		t.Errorf("OnFailure destination %q, want FailureQueue.Arn", got)
+	}
+}
+
+func TestReconcilerEvents(t *testing.T) {
+	c := loadTemplate(t)
+	sched := c.events("ReconcilerFunction", "Schedule")
+	if len(sched) != 1 || c.paramOf(get(sched[0], "Schedule")) != "ReconcileSchedule" {
+		t.Errorf("ReconcilerFunction needs one Schedule event on !Ref ReconcileSchedule")
+	}
+	sqsEvs := c.events("ReconcilerFunction", "SQS")
+	if len(sqsEvs) != 1 {
+		t.Fatalf("ReconcilerFunction has %d SQS events, want 1", len(sqsEvs))
+	}
+	if got := getAtt(get(sqsEvs[0], "Queue")); got != "FailureQueue.Arn" {
+		t.Errorf("SQS event queue %q, want FailureQueue.Arn", got)
+	}
+	if !slices.Contains(stringList(get(sqsEvs[0], "FunctionResponseTypes")), "ReportBatchItemFailures") {
+		t.Errorf("SQS event lacks FunctionResponseTypes ReportBatchItemFailures")
+	}
+}
+
+func TestFunctionsBuildWithMakefile(t *testing.T) {
+	c := loadTemplate(t)
+	root := repoRoot(t)
+	mk, err := os.ReadFile(filepath.Join(root, "mk", "sam.mk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^-?include mk/sam\.mk\s*$`).Match(makefile) {
+		t.Errorf("Makefile does not include mk/sam.mk: sam build runs make in the module root")
+	}
+	fns := c.resourcesOfType("AWS::Serverless::Function")
+	if !slices.Equal(fns, []string{"ConsumerFunction", "ReconcilerFunction"}) {
+		t.Errorf("functions %v", fns)
+	}
+	for _, fn := range fns {
+		if got := scalar(get(c.resource(fn), "Metadata", "BuildMethod")); got != "makefile" {
+			t.Errorf("%s: BuildMethod %q, want makefile", fn, got)
+		}
+		if got := scalar(c.prop(fn, "CodeUri")); got != "." {
+			t.Errorf("%s: CodeUri %q, want . (the Makefile is in the module root)", fn, got)
+		}
+		if !regexp.MustCompile(`(?m)^build-` + fn + `:`).Match(mk) {
+			t.Errorf("mk/sam.mk has no build-%s target", fn)
+		}
+		if got := getAtt(c.prop(fn, "Role")); got != strings.TrimSuffix(fn, "Function")+"Role.Arn" {
+			t.Errorf("%s: Role %q", fn, got)
+		}
+		if c.prop(fn, "Policies") != nil {
+			t.Errorf("%s: Policies set next to Role: all permissions belong in the role", fn)
+		}
+	}
+	g := get(c.root, "Globals", "Function")
+	for k, want := range map[string]string{"Runtime": "provided.al2023", "Handler": "bootstrap"} {
+		if got := scalar(get(g, k)); got != want {
+			t.Errorf("Globals.Function.%s %q, want %q", k, got, want)
+		}
+	}
+	if got := scalar(get(g, "LoggingConfig", "LogFormat")); got != "JSON" {
+		t.Errorf("Globals LogFormat %q, want JSON", got)
+	}
+	arch := stringList(get(g, "Architectures"))
+	goarch := map[string]string{"arm64": "arm64", "x86_64": "amd64"}
+	m := regexp.MustCompile(`(?m)^GOARCH_LAMBDA\s*\?=\s*(\S+)`).FindSubmatch(mk)
+	if len(arch) != 1 || m == nil || goarch[arch[0]] != string(m[1]) {
+		t.Errorf("Architectures %v and GOARCH_LAMBDA default %q disagree", arch, m)
+	}
+}
+
+// Policy statements as action -> resource targets (see targets).
+type grants map[string][]string
+
+func (g grants) add(actions []string, resources ...string) {
+	for _, a := range actions {
+		g[a] = append(g[a], resources...)
+		slices.Sort(g[a])
+		g[a] = slices.Compact(g[a])
+	}
+}
+
+var (
+	streamRead = []string{"kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards"}
+	stateRW    = []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem"}
+	logWrite   = []string{"logs:CreateLogStream", "logs:PutLogEvents"}
+)
+
+func wantGrants() map[string]grants {
+	consumer, reconciler := grants{}, grants{}
+	for _, g := range []struct {
+		grants
+		logGroup string
+	}{{consumer, "ConsumerLogGroup.Arn"}, {reconciler, "ReconcilerLogGroup.Arn"}} {
+		g.add(logWrite, g.logGroup)
+		g.add(streamRead, "Stream.Arn", "StreamArn")
+		g.add([]string{"kms:Decrypt"}, "StreamKey.Arn", "StreamKmsKeyArn")
+		g.add(stateRW, "CheckpointTable.Arn", "LedgerTable.Arn")
+		g.add([]string{"sqs:SendMessage"}, "ParkedQueue.Arn", "TargetQueue.Arn")
+	}
+	// The mapping sends on-failure records with the consumer's role.
+	consumer.add([]string{"sqs:SendMessage"}, "FailureQueue.Arn")
+	// The SQS event source polls the failure queue with the reconciler's role.
+	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}, "FailureQueue.Arn")
+	return map[string]grants{"ConsumerRole": consumer, "ReconcilerRole": reconciler}
+}
+
+// starOnly lists actions that accept only Resource "*": the Service Authorization Reference
+// (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonkinesisdatastreams.html)
+// gives them no resource type ("If there is no value for this column, you must specify all
+// resources ("*")"). gapless grants none of them; the list documents why none is needed.
+var starOnly = map[string]string{
+	// Lambda developer guide, services-kinesis-create: "You don't need the kinesis:ListStreams
+	// permission to create and manage event source mappings for Kinesis."
+	"kinesis:ListStreams": "account-level listing; not needed by the event-source mapping",
+}
+
+// statements returns every statement of the role's inline policies, !If branches expanded.
+func (c *cfn) statements(role string) []*yaml.Node {
+	var out []*yaml.Node
+	for _, pol := range c.prop(role, "Policies").Content {
+		for _, s := range get(pol, "PolicyDocument", "Statement").Content {
+			out = append(out, alternatives(s)...)
+		}
+	}
+	return out
+}
+
+func TestIAMLeastPrivilege(t *testing.T) {
+	c := loadTemplate(t)
+	for _, typ := range []string{"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::User", "AWS::IAM::Group"} {
+		if ids := c.resourcesOfType(typ); len(ids) > 0 {
+			t.Errorf("%s %v: keep permissions inline in the two roles", typ, ids)
+		}
+	}
+	roles := c.resourcesOfType("AWS::IAM::Role")
+	want := wantGrants()
+	if !slices.Equal(roles, slices.Sorted(maps.Keys(want))) {
+		t.Fatalf("roles %v, want %v", roles, slices.Sorted(maps.Keys(want)))
+	}
+	for _, role := range roles {
+		t.Run(role, func(t *testing.T) {
+			if c.prop(role, "ManagedPolicyArns") != nil {
+				t.Errorf("ManagedPolicyArns: AWS managed policies grant Resource \"*\"")
+			}
+			principal := stringList(get(c.prop(role, "AssumeRolePolicyDocument", "Statement").Content[0], "Principal", "Service"))
+			if !slices.Equal(principal, []string{"lambda.amazonaws.com"}) {
+				t.Errorf("assumable by %v", principal)
+			}
+			got := grants{}
+			for _, s := range c.statements(role) {
+				if scalar(get(s, "Effect")) != "Allow" || get(s, "NotAction") != nil || get(s, "NotResource") != nil {
+					t.Errorf("statement %q: only plain Allow statements", scalar(get(s, "Sid")))
+				}
+				actions := stringList(get(s, "Action"))
+				resources := targets(get(s, "Resource"))
+				for _, a := range actions {
+					if strings.Contains(a, "*") {
+						t.Errorf("wildcard action %q", a)
+					}
+				}
+				for _, r := range resources {
+					star := r == "=*" || (strings.HasPrefix(r, "=") || strings.HasPrefix(r, "sub:")) && strings.Contains(r, "*")
+					if star {
+						for _, a := range actions {
+							if _, ok := starOnly[a]; !ok {
+								t.Errorf("%s on %q: resource \"*\" is reserved for actions without a resource type", a, r)
+							}
+						}
+					} else if strings.HasPrefix(r, "=") || strings.HasPrefix(r, "sub:") {
+						t.Errorf("statement %q: literal resource %q, reference the stack's resources instead", scalar(get(s, "Sid")), r)
+					}
+				}
+				got.add(actions, resources...)
+			}
+			for a := range starOnly {
+				if got[a] != nil {
+					t.Errorf("%s granted; the mapping does not need it", a)
+				}
+			}
+			for _, a := range slices.Sorted(maps.Keys(got)) {
+				if !slices.Equal(got[a], want[role][a]) {
+					t.Errorf("%s on %v, want %v", a, got[a], want[role][a])
+				}
+			}
+			for _, a := range slices.Sorted(maps.Keys(want[role])) {
+				if got[a] == nil {
+					t.Errorf("%s missing (want on %v)", a, want[role][a])
+				}
+			}
+		})
+	}
+}
+
+func TestAlarms(t *testing.T) {
+	c := loadTemplate(t)
+	type metric struct{ namespace, name, dimName, dimTarget string }
+	var have []metric
+	for _, id := range c.resourcesOfType("AWS::CloudWatch::Alarm") {
+		dims := c.prop(id, "Dimensions")
+		if dims == nil || len(dims.Content) != 1 {
+			t.Errorf("%s: want exactly one dimension", id)
+			continue
+		}
+		d := dims.Content[0]
+		have = append(have, metric{
+			scalar(c.prop(id, "Namespace")), scalar(c.prop(id, "MetricName")),
+			scalar(get(d, "Name")), strings.Join(targets(get(d, "Value")), ","),
+		})
+		cond, a, b, ok := ifArgs(c.prop(id, "AlarmActions"))
+		if !ok || cond != "HasAlarmEmail" || len(a.Content) != 1 || ref(a.Content[0]) != "AlarmTopic" || ref(b) != "AWS::NoValue" {
+			t.Errorf("%s: AlarmActions must be !If [HasAlarmEmail, [!Ref AlarmTopic], !Ref AWS::NoValue]", id)
+		}
+	}
+	// EMF metrics of the reconciler (internal/metrics): dimension Group = the group name.
+	for _, m := range []metric{
+		{metrics.Namespace, "GapsDetected", metrics.DimensionGroup, "GroupName"},
+		{metrics.Namespace, "LostToRetention", metrics.DimensionGroup, "GroupName"},
+		{metrics.Namespace, "VerifiedLagSeconds", metrics.DimensionGroup, "GroupName"},
+		{"AWS/Lambda", "IteratorAge", "FunctionName", "ConsumerFunction"},
+		{"AWS/Lambda", "Errors", "FunctionName", "ConsumerFunction"},
+		{"AWS/Lambda", "Throttles", "FunctionName", "ConsumerFunction"},
+		{"AWS/Lambda", "Errors", "FunctionName", "ReconcilerFunction"},
+		{"AWS/Lambda", "Throttles", "FunctionName", "ReconcilerFunction"},
+		{"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "ParkedQueue.QueueName"},
+		{"AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", "FailureQueue.QueueName"},
+		{"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "FailureDeadLetterQueue.QueueName"},
+	} {
+		if !slices.Contains(have, m) {
+			t.Errorf("no alarm on %+v", m)
+		}
+	}
+	if scalar(get(c.resource("AlarmTopic"), "Condition")) != "HasAlarmEmail" {
+		t.Errorf("AlarmTopic must exist only with an AlarmEmail")
+	}
+	if fn, _ := intrinsic(get(c.root, "Conditions", "HasAlarmEmail")); fn != "Fn::Not" || !mentions(get(c.root, "Conditions", "HasAlarmEmail"), "AlarmEmail") {
+		t.Errorf("HasAlarmEmail must test AlarmEmail != \"\"")
+	}
+}
+
+func TestOutputs(t *testing.T) {
+	c := loadTemplate(t)
+	outs := get(c.root, "Outputs")
+	referenced := map[string]bool{}
+	for _, k := range keys(outs) {
+		for _, tg := range targets(get(outs, k, "Value")) {
+			referenced[strings.SplitN(tg, ".", 2)[0]] = true
+		}
+	}
+	for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Serverless::Function", "AWS::Kinesis::Stream"} {
+		for _, id := range c.resourcesOfType(typ) {
+			if !referenced[id] {
+				t.Errorf("no output for %s %s", typ, id)
+			}
+		}
+	}
+}
+
+// TestCfnLint runs cfn-lint (preinstalled on every machine here) on template.yaml; any finding,
+// warning or informational, fails the test.
+func TestCfnLint(t *testing.T) {
+	bin, err := exec.LookPath("cfn-lint")
+	if err != nil {
+		t.Fatalf("cfn-lint not on PATH: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "template.yaml")
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("cfn-lint template.yaml: %v\n%s", err, out)
+	}
+}
