@@ -1,0 +1,460 @@
+// Package dedupe is gapless's ledger: what was really done, kept in DynamoDB.
+//
+// Every invocation that handles records of a shard writes one ledger entry for it (Record):
+// the sequence range it covered and compact sets of the record ids it accounted for (Done),
+// parked (Parked, and ParkedByRef for those parked without their payload) and failed to process
+// (Failed). Before processing, one Query (Lookup) returns every entry overlapping the batch's
+// range, which answers "already done?", "parked?" and "how many failed attempts so far?" for
+// each record. Business-key claims (Claim) catch duplicates made by producer retries.
+//
+// # Table layout
+//
+// The table has string keys pk and sk and the TTL attribute expiresAt (internal/schema).
+//
+//	batch entry  pk = "L|" + group|stream|shard
+//	             sk = seqnum.Encode(last) + "#B#" + nonce + "#" + part
+//	             first, last, firstEnc (S), ids, parked, parkedRef, failed (B), src (S), expiresAt (N)
+//	claim        pk = "K|" + group + "|" + key, sk = "K", owner (S, record id), expiresAt (N)
+//
+// Sort keys start with the encoded last sequence number, so Query(sk >= Encode(first)) finds
+// every entry that ends at or after a range's first record; the filter firstEnc <= Encode(last)
+// keeps those that begin at or before its last. The nonce (random per Record call) keeps two
+// invocations that end on the same record from overwriting each other. An entry whose encoded
+// sets exceed the item budget (WithMaxItemBytes) is split into parts, each a self-contained
+// entry covering its own ids, written with BatchWriteItem.
+//
+// # Set encoding
+//
+// ids, parked, parkedRef and failed hold sets of (sequence number, sub-index) in the format
+// described at AppendSet: a version byte, a count, then per id a delta to the previous sequence
+// number as significant bytes with whole zero bytes stripped, and the sub-index, all as minimal
+// uvarints. A record of a typical Kinesis batch costs 3 bytes. DecodeSet rejects malformed input
+// with ErrCorrupt and never panics.
+//
+// # Expiry
+//
+// DynamoDB deletes expired items lazily, hours or days late (and the local emulators never do):
+// every read here treats expiresAt < now as absent, with now from WithClock.
+package dedupe
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/gapless-dev/gapless/internal/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/recordid"
+	"github.com/gapless-dev/gapless/internal/schema"
+	"github.com/gapless-dev/gapless/internal/seqnum"
+)
+
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrInvalid: bad input (shard, sequence numbers, ids outside the entry's range, subsets
+	// that are not subsets, unknown source). Invalid sequence numbers also wrap
+	// seqnum.ErrInvalid.
+	ErrInvalid = errors.New("dedupe: invalid input")
+	// ErrCorrupt: stored bytes or attributes that do not decode.
+	ErrCorrupt = errors.New("dedupe: corrupt ledger data")
+	// ErrItemTooLarge: a single record id cannot fit in the item budget.
+	ErrItemTooLarge = errors.New("dedupe: ledger entry part exceeds the item budget")
+)
+
+// Sources of an entry (attribute src).
+const (
+	SourceConsumer   = "consumer"
+	SourceReconciler = "reconciler"
+	SourceRedrive    = "redrive"
+)
+
+// Attribute names of a batch entry.
+const (
+	attrFirst     = "first"
+	attrLast      = "last"
+	attrFirstEnc  = "firstEnc"
+	attrIDs       = "ids"
+	attrParked    = "parked"
+	attrParkedRef = "parkedRef"
+	attrFailed    = "failed"
+	attrSource    = "src"
+	attrOwner     = "owner"
+)
+
+// Defaults.
+const (
+	DefaultTTL = 192 * time.Hour
+	// DefaultMaxItemBytes leaves headroom under DynamoDB's 400 KB item limit.
+	DefaultMaxItemBytes = 350 * 1024
+	// maxBatchWrite is BatchWriteItem's limit of put requests per call.
+	maxBatchWrite = 25
+)
+
+// dynamoAPI is the subset of *dynamodb.Client the ledger calls.
+type dynamoAPI interface {
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+var _ dynamoAPI = (*dynamodb.Client)(nil)
+
+// Ledger reads and writes ledger entries and claims in one table. It is safe for concurrent
+// use.
+type Ledger struct {
+	client         dynamoAPI
+	table          string
+	ttl            time.Duration
+	now            func() time.Time
+	maxItem        int
+	consistentRead bool
+	log            *slog.Logger
+	backoff        time.Duration // first wait before retrying unprocessed items
+	maxBackoff     time.Duration
+	nonce          func() string
+}
+
+// Option configures a Ledger.
+type Option func(*Ledger)
+
+// WithTTL sets how long entries and claims live (default 192h). It must cover the stream's
+// retention plus the reconciler's settle window.
+func WithTTL(d time.Duration) Option { return func(l *Ledger) { l.ttl = d } }
+
+// WithClock sets the clock used for expiresAt and for expiry checks on reads.
+func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
+
+// WithMaxItemBytes sets the item budget above which an entry is split into parts (default
+// 350 KB; DynamoDB's limit is 400 KB). Small values let tests force splits.
+func WithMaxItemBytes(n int) Option { return func(l *Ledger) { l.maxItem = n } }
+
+// WithConsistentRead chooses strongly consistent (default, true) or eventually consistent
+// Lookup reads. Eventually consistent reads cost half but may miss an entry written a moment
+// earlier, which turns into a duplicate delivery.
+func WithConsistentRead(b bool) Option { return func(l *Ledger) { l.consistentRead = b } }
+
+// WithLogger sets the logger for skipped corrupt entries (default slog.Default()).
+func WithLogger(log *slog.Logger) Option { return func(l *Ledger) { l.log = log } }
+
+// New returns a ledger on table.
+func New(client dynamoAPI, table string, opts ...Option) *Ledger {
+	l := &Ledger{
+		client:         client,
+		table:          table,
+		ttl:            DefaultTTL,
+		now:            time.Now,
+		maxItem:        DefaultMaxItemBytes,
+		consistentRead: true,
+		log:            slog.Default(),
+		backoff:        50 * time.Millisecond,
+		maxBackoff:     2 * time.Second,
+		nonce:          randomNonce,
+	}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+func randomNonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// partitionKey is the ledger partition of a shard.
+func partitionKey(shard recordid.Shard) string { return "L" + recordid.Separator + shard.String() }
+
+// Entry is what one invocation did on one shard.
+type Entry struct {
+	// First and Last are the Kinesis sequence range the invocation covered (its batch's first
+	// and last record); every id below must lie in it.
+	First, Last string
+	// Done holds every id accounted for in this invocation: processed or parked.
+	Done []recordid.ID
+	// Parked ⊆ Done: parked with the payload.
+	Parked []recordid.ID
+	// ParkedByRef ⊆ Parked: parked without the payload (too large for SQS; only a reference).
+	ParkedByRef []recordid.ID
+	// Failed holds the ids that failed in this invocation; each entry listing an id counts as
+	// one failed attempt. An id may also be in Done (e.g. parked after its last failure).
+	Failed []recordid.ID
+	// Source is SourceConsumer, SourceReconciler or SourceRedrive.
+	Source string
+}
+
+// entrySets are an Entry's sets, validated, sorted and unique.
+type entrySets struct {
+	done, parked, byRef, failed []recordid.ID
+}
+
+func (l *Ledger) validate(shard recordid.Shard, e Entry) (entrySets, error) {
+	var s entrySets
+	if err := shard.Validate(); err != nil {
+		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	for _, v := range []struct{ name, seq string }{{"first", e.First}, {"last", e.Last}} {
+		if err := seqnum.Validate(v.seq); err != nil {
+			return s, fmt.Errorf("%w: %s: %w", ErrInvalid, v.name, err)
+		}
+	}
+	if seqnum.Compare(e.First, e.Last) > 0 {
+		return s, fmt.Errorf("%w: first %s after last %s", ErrInvalid, e.First, e.Last)
+	}
+	switch e.Source {
+	case SourceConsumer, SourceReconciler, SourceRedrive:
+	default:
+		return s, fmt.Errorf("%w: source %q", ErrInvalid, e.Source)
+	}
+	var err error
+	for _, v := range []struct {
+		name string
+		in   []recordid.ID
+		out  *[]recordid.ID
+	}{{attrIDs, e.Done, &s.done}, {attrParked, e.Parked, &s.parked}, {attrParkedRef, e.ParkedByRef, &s.byRef}, {attrFailed, e.Failed, &s.failed}} {
+		for _, id := range v.in {
+			if id.ShardID != shard.ShardID {
+				return s, fmt.Errorf("%w: %s: record %s is not of shard %s", ErrInvalid, v.name, id, shard.ShardID)
+			}
+		}
+		if *v.out, err = sortedUnique(v.in); err != nil {
+			return s, fmt.Errorf("%s: %w", v.name, err)
+		}
+		for _, id := range *v.out {
+			if seqnum.Compare(id.Seq, e.First) < 0 || seqnum.Compare(id.Seq, e.Last) > 0 {
+				return s, fmt.Errorf("%w: %s: record %s outside the entry's range %s..%s", ErrInvalid, v.name, id, e.First, e.Last)
+			}
+		}
+	}
+	if id, ok := notSubset(s.parked, s.done); ok {
+		return s, fmt.Errorf("%w: parked record %s is not in Done", ErrInvalid, id)
+	}
+	if id, ok := notSubset(s.byRef, s.parked); ok {
+		return s, fmt.Errorf("%w: parked-by-reference record %s is not in Parked", ErrInvalid, id)
+	}
+	return s, nil
+}
+
+// notSubset returns an element of sub missing from super (both sorted and unique).
+func notSubset(sub, super []recordid.ID) (recordid.ID, bool) {
+	j := 0
+	for _, id := range sub {
+		for j < len(super) && recordid.Compare(super[j], id) < 0 {
+			j++
+		}
+		if j == len(super) || recordid.Compare(super[j], id) != 0 {
+			return id, true
+		}
+	}
+	return recordid.ID{}, false
+}
+
+// Record stores e for shard. When the entry fits the item budget it is one PutItem; otherwise
+// it is split into self-contained parts written with BatchWriteItem, unprocessed items being
+// retried with backoff until stored or ctx ends. Record returns nil only when every part is
+// stored. Parts stored before a failure stay: each is true on its own, so a retry of the
+// whole entry only adds a duplicate record of the same facts.
+func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) error {
+	sets, err := l.validate(shard, e)
+	if err != nil {
+		return fmt.Errorf("dedupe: record %s %s..%s: %w", shard, e.First, e.Last, err)
+	}
+	pk := partitionKey(shard)
+	nonce := l.nonce()
+	expires := strconv.FormatInt(l.now().Add(l.ttl).Unix(), 10)
+
+	whole := l.item(pk, nonce, 0, e.First, e.Last, e.Source, expires, sets)
+	if ddbmeter.ItemSize(whole) <= l.maxItem {
+		if _, err := l.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &l.table, Item: whole}); err != nil {
+			return fmt.Errorf("dedupe: put entry %s %s..%s: %w", shard, e.First, e.Last, err)
+		}
+		return nil
+	}
+	parts, err := l.split(pk, nonce, e, expires, sets)
+	if err != nil {
+		return fmt.Errorf("dedupe: record %s %s..%s: %w", shard, e.First, e.Last, err)
+	}
+	if err := l.batchWrite(ctx, parts); err != nil {
+		return fmt.Errorf("dedupe: write %d parts of %s %s..%s: %w", len(parts), shard, e.First, e.Last, err)
+	}
+	return nil
+}
+
+// item builds one entry item.
+func (l *Ledger) item(pk, nonce string, part int, first, last, source, expires string, s entrySets) map[string]types.AttributeValue {
+	lastEnc, _ := seqnum.Encode(last) // validated
+	firstEnc, _ := seqnum.Encode(first)
+	it := map[string]types.AttributeValue{
+		schema.PartitionKey: &types.AttributeValueMemberS{Value: pk},
+		schema.SortKey:      &types.AttributeValueMemberS{Value: lastEnc + "#B#" + nonce + "#" + strconv.Itoa(part)},
+		attrFirst:           &types.AttributeValueMemberS{Value: first},
+		attrLast:            &types.AttributeValueMemberS{Value: last},
+		attrFirstEnc:        &types.AttributeValueMemberS{Value: firstEnc},
+		attrSource:          &types.AttributeValueMemberS{Value: source},
+		schema.TTLAttribute: &types.AttributeValueMemberN{Value: expires},
+		attrIDs:             &types.AttributeValueMemberB{Value: appendSorted(nil, s.done)},
+	}
+	// Empty optional sets are left out: absent means empty.
+	for _, v := range []struct {
+		name string
+		ids  []recordid.ID
+	}{{attrParked, s.parked}, {attrParkedRef, s.byRef}, {attrFailed, s.failed}} {
+		if len(v.ids) > 0 {
+			it[v.name] = &types.AttributeValueMemberB{Value: appendSorted(nil, v.ids)}
+		}
+	}
+	return it
+}
+
+// split cuts an entry into parts that each fit the item budget. Parts cover consecutive slices
+// of the union of all ids; part i's range is from its first id (the entry's First for part 0)
+// to its last id (the entry's Last for the last part).
+func (l *Ledger) split(pk, nonce string, e Entry, expires string, s entrySets) ([]map[string]types.AttributeValue, error) {
+	union := mergeUnique(s.done, s.failed) // parked ⊆ done, byRef ⊆ parked
+	if len(union) == 0 {
+		return nil, fmt.Errorf("%w: an entry without ids needs more than %d bytes", ErrItemTooLarge, l.maxItem)
+	}
+	total := encodedSize(s.done) + encodedSize(s.parked) + encodedSize(s.byRef) + encodedSize(s.failed)
+	// Start from an even cut with 10% headroom, then halve any part still too large.
+	budget := l.maxItem - l.fixedSize(pk, nonce, e, expires)
+	if budget <= 0 {
+		return nil, fmt.Errorf("%w: budget %d bytes leaves no room for ids", ErrItemTooLarge, l.maxItem)
+	}
+	n := max(1, (total*10/9+budget-1)/budget)
+	var cuts [][2]int // [lo, hi) indexes into union
+	for i := range n {
+		lo, hi := len(union)*i/n, len(union)*(i+1)/n
+		if hi > lo {
+			cuts = append(cuts, [2]int{lo, hi})
+		}
+	}
+	var parts []map[string]types.AttributeValue
+	for len(cuts) > 0 {
+		c := cuts[0]
+		cuts = cuts[1:]
+		first, last := e.First, e.Last
+		if c[0] > 0 {
+			first = union[c[0]].Seq
+		}
+		if c[1] < len(union) {
+			last = union[c[1]-1].Seq
+		}
+		lo, hi := union[c[0]], union[c[1]-1]
+		ps := entrySets{
+			done:   within(s.done, lo, hi),
+			parked: within(s.parked, lo, hi),
+			byRef:  within(s.byRef, lo, hi),
+			failed: within(s.failed, lo, hi),
+		}
+		it := l.item(pk, nonce, len(parts), first, last, e.Source, expires, ps)
+		if ddbmeter.ItemSize(it) <= l.maxItem {
+			parts = append(parts, it)
+			continue
+		}
+		if c[1]-c[0] == 1 {
+			return nil, fmt.Errorf("%w: record %s needs %d bytes, budget %d", ErrItemTooLarge, union[c[0]], ddbmeter.ItemSize(it), l.maxItem)
+		}
+		mid := (c[0] + c[1]) / 2
+		cuts = append([][2]int{{c[0], mid}, {mid, c[1]}}, cuts...)
+	}
+	return parts, nil
+}
+
+// fixedSize estimates the size of an entry item without its id sets: the keys and scalar
+// attributes, room for a part's own first and last (up to 129 digits each) and the names and
+// headers of the optional sets. It only sizes the first cut; every part is measured exactly.
+func (l *Ledger) fixedSize(pk, nonce string, e Entry, expires string) int {
+	it := l.item(pk, nonce, 999999, e.First, e.Last, e.Source, expires, entrySets{})
+	return ddbmeter.ItemSize(it) + 2*seqnum.MaxDigits + len(attrParked) + len(attrParkedRef) + len(attrFailed) + 3*maxVarintLen
+}
+
+// within returns the sub-slice of sorted ids between lo and hi inclusive.
+func within(ids []recordid.ID, lo, hi recordid.ID) []recordid.ID {
+	i, _ := binarySearchID(ids, lo)
+	j, found := binarySearchID(ids, hi)
+	if found {
+		j++
+	}
+	return ids[i:j]
+}
+
+func binarySearchID(ids []recordid.ID, id recordid.ID) (int, bool) {
+	lo, hi := 0, len(ids)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if recordid.Compare(ids[m], id) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(ids) && recordid.Compare(ids[lo], id) == 0
+}
+
+// mergeUnique merges two sorted unique slices.
+func mergeUnique(a, b []recordid.ID) []recordid.ID {
+	out := make([]recordid.ID, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch c := recordid.Compare(a[i], b[j]); {
+		case c < 0:
+			out = append(out, a[i])
+			i++
+		case c > 0:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// batchWrite stores items with BatchWriteItem, 25 per call, retrying unprocessed items with
+// exponential backoff until all are stored or ctx ends.
+func (l *Ledger) batchWrite(ctx context.Context, items []map[string]types.AttributeValue) error {
+	pending := make([]types.WriteRequest, len(items))
+	for i, it := range items {
+		pending[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+	}
+	wait := l.backoff
+	for len(pending) > 0 {
+		n := min(len(pending), maxBatchWrite)
+		chunk := pending[:n]
+		out, err := l.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
+			RequestItems: map[string][]types.WriteRequest{l.table: chunk},
+		})
+		if err != nil {
+			return fmt.Errorf("batch write: %w", err)
+		}
+		var unprocessed []types.WriteRequest
+		if out != nil {
+			unprocessed = out.UnprocessedItems[l.table]
+		}
+		pending = append(unprocessed, pending[n:]...)
+		if len(unprocessed) == 0 {
+			wait = l.backoff
+			continue
+		}
+		// DynamoDB returns unprocessed items when throttled; back off before resubmitting.
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("batch write: %d items unprocessed: %w", len(pending), ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, l.maxBackoff)
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package dedupe
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/gapless-dev/gapless/internal/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/recordid"
+	"github.com/gapless-dev/gapless/internal/schema"
+	"github.com/gapless-dev/gapless/internal/seqnum"
+)
+
+// Stats describe the reads behind one Lookup, for metrics.
+type Stats struct {
+	Pages   int // Query pages (1 unless DynamoDB's 1 MB page limit split the result)
+	Entries int // live entry items read (a split entry counts each part)
+	Expired int // items ignored because expiresAt < now
+	Corrupt int // items ignored because they did not decode (logged)
+	Bytes   int // DynamoDB size of all items returned
+	IDs     int // distinct done ids in the range
+}
+
+// Range is what the ledger knows about the records of one shard between two sequence numbers
+// (inclusive): the ids some live entry accounted for, parked, and failed. It only answers for
+// ids inside the range it was looked up for. A Range is read-only and safe for concurrent use.
+type Range struct {
+	shardID     string
+	first, last string
+	done        []key // sorted, unique
+	parked      []key // sorted, unique
+	byRef       []key // sorted, unique
+	failed      []key // sorted, one element per entry listing the id
+	stats       Stats
+}
+
+// key is a record id within the range's shard.
+type key struct {
+	seq string
+	sub uint32
+}
+
+func cmpKey(a, b key) int {
+	if c := seqnum.Compare(a.seq, b.seq); c != 0 {
+		return c
+	}
+	switch {
+	case a.sub < b.sub:
+		return -1
+	case a.sub > b.sub:
+		return 1
+	}
+	return 0
+}
+
+// Lookup reads every live entry of shard that overlaps first..last with one Query (more pages
+// only when DynamoDB's 1 MB page limit forces them): key condition pk = shard's partition AND
+// sk >= Encode(first), filter firstEnc <= Encode(last). Entries with expiresAt before now are
+// ignored, as are entries that do not decode (counted in Stats and logged: ignoring one can only
+// cause a duplicate, never a loss).
+func (l *Ledger) Lookup(ctx context.Context, shard recordid.Shard, first, last string) (*Range, error) {
+	if err := shard.Validate(); err != nil {
+		return nil, fmt.Errorf("dedupe: lookup: %w: %w", ErrInvalid, err)
+	}
+	firstEnc, err := seqnum.Encode(first)
+	if err != nil {
+		return nil, fmt.Errorf("dedupe: lookup %s: %w: first: %w", shard, ErrInvalid, err)
+	}
+	lastEnc, err := seqnum.Encode(last)
+	if err != nil {
+		return nil, fmt.Errorf("dedupe: lookup %s: %w: last: %w", shard, ErrInvalid, err)
+	}
+	if seqnum.Compare(first, last) > 0 {
+		return nil, fmt.Errorf("dedupe: lookup %s: %w: first %s after last %s", shard, ErrInvalid, first, last)
+	}
+	lo, _ := parseDec(first)
+	hi, _ := parseDec(last)
+	now := l.now().Unix()
+
+	b := rangeBuilder{lo: &lo, hi: &hi}
+	in := &dynamodb.QueryInput{
+		TableName:              &l.table,
+		KeyConditionExpression: aws.String("#pk = :pk AND #sk >= :from"),
+		FilterExpression:       aws.String("#fe <= :to"),
+		ExpressionAttributeNames: map[string]string{
+			"#pk": schema.PartitionKey, "#sk": schema.SortKey, "#fe": attrFirstEnc,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk":   &types.AttributeValueMemberS{Value: partitionKey(shard)},
+			":from": &types.AttributeValueMemberS{Value: firstEnc},
+			":to":   &types.AttributeValueMemberS{Value: lastEnc},
+		},
+		ConsistentRead: aws.Bool(l.consistentRead),
+	}
+	for {
+		out, err := l.client.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("dedupe: lookup %s %s..%s: query: %w", shard, first, last, err)
+		}
+		b.stats.Pages++
+		for _, it := range out.Items {
+			b.stats.Bytes += ddbmeter.ItemSize(it)
+			if err := b.add(it, now); err != nil {
+				b.stats.Corrupt++
+				l.log.WarnContext(ctx, "ignoring corrupt ledger entry",
+					"group", shard.Group, "stream", shard.Stream, "shard_id", shard.ShardID,
+					"sk", stringAttr(it, schema.SortKey), "error", err)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	return b.build(shard.ShardID, first, last), nil
+}
+
+func stringAttr(it map[string]types.AttributeValue, name string) string {
+	if v, ok := it[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+// rangeBuilder decodes entries into offsets of one shared digits buffer, so that a Lookup
+// allocates one string for all sequence numbers instead of one per record.
+type rangeBuilder struct {
+	lo, hi  *dec
+	buf     []byte
+	lists   [4][]rawID // done, parked, byRef, failed
+	entries [4]int     // entries that contributed to each list (sorting needed when > 1)
+	stats   Stats
+}
+
+var listAttrs = [4]string{attrIDs, attrParked, attrParkedRef, attrFailed}
+
+// add decodes one item; on error nothing of it is kept.
+func (b *rangeBuilder) add(it map[string]types.AttributeValue, now int64) error {
+	if v, ok := it[schema.TTLAttribute]; ok {
+		n, ok := v.(*types.AttributeValueMemberN)
+		if !ok {
+			return fmt.Errorf("%w: %s is not a number", ErrCorrupt, schema.TTLAttribute)
+		}
+		exp, err := strconv.ParseInt(n.Value, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%w: %s %q: %v", ErrCorrupt, schema.TTLAttribute, n.Value, err)
+		}
+		if exp < now {
+			b.stats.Expired++
+			return nil
+		}
+	}
+	bufLen := len(b.buf)
+	var lens [4]int
+	for i := range b.lists {
+		lens[i] = len(b.lists[i])
+	}
+	undo := func() {
+		b.buf = b.buf[:bufLen]
+		for i := range b.lists {
+			b.lists[i] = b.lists[i][:lens[i]]
+		}
+	}
+	for i, name := range listAttrs {
+		v, ok := it[name]
+		if !ok {
+			continue // absent set: empty
+		}
+		bin, ok := v.(*types.AttributeValueMemberB)
+		if !ok {
+			undo()
+			return fmt.Errorf("%w: %s is not binary", ErrCorrupt, name)
+		}
+		var err error
+		b.buf, b.lists[i], err = decodeRaw(bin.Value, b.lo, b.hi, b.buf, b.lists[i])
+		if err != nil {
+			undo()
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	for i := range b.lists {
+		if len(b.lists[i]) > lens[i] {
+			b.entries[i]++
+		}
+	}
+	b.stats.Entries++
+	return nil
+}
+
+func (b *rangeBuilder) build(shardID, first, last string) *Range {
+	digits := string(b.buf)
+	var out [4][]key
+	for i, raw := range b.lists {
+		keys := make([]key, len(raw))
+		for j, r := range raw {
+			keys[j] = key{seq: digits[r.off:r.end], sub: r.sub}
+		}
+		if b.entries[i] > 1 {
+			if !slices.IsSortedFunc(keys, cmpKey) {
+				slices.SortFunc(keys, cmpKey)
+			}
+			if i != 3 { // failed keeps one element per entry: that is the attempt count
+				keys = slices.CompactFunc(keys, func(a, b key) bool { return cmpKey(a, b) == 0 })
+			}
+		}
+		out[i] = keys
+	}
+	r := &Range{shardID: shardID, first: first, last: last,
+		done: out[0], parked: out[1], byRef: out[2], failed: out[3], stats: b.stats}
+	r.stats.IDs = len(r.done)
+	return r
+}
+
+func (r *Range) find(list []key, id recordid.ID) (int, bool) {
+	if id.ShardID != r.shardID {
+		return 0, false
+	}
+	return slices.BinarySearchFunc(list, key{seq: id.Seq, sub: id.Sub}, cmpKey)
+}
+
+// Done reports whether some live entry accounted for id (processed or parked).
+func (r *Range) Done(id recordid.ID) bool {
+	_, ok := r.find(r.done, id)
+	return ok
+}
+
+// Parked reports whether id was parked (with or without its payload).
+func (r *Range) Parked(id recordid.ID) bool {
+	_, ok := r.find(r.parked, id)
+	return ok
+}
+
+// ParkedByRef reports whether id was parked without its payload (only a reference).
+func (r *Range) ParkedByRef(id recordid.ID) bool {
+	_, ok := r.find(r.byRef, id)
+	return ok
+}
+
+// Attempts is the number of failed attempts recorded for id: the number of live entries that
+// list it as failed.
+func (r *Range) Attempts(id recordid.ID) int {
+	i, ok := r.find(r.failed, id)
+	if !ok {
+		return 0
+	}
+	n := 0
+	k := key{seq: id.Seq, sub: id.Sub}
+	for ; i < len(r.failed) && cmpKey(r.failed[i], k) == 0; i++ {
+		n++
+	}
+	return n
+}
+
+// Each calls fn for every done id in the range, in (sequence, sub-index) order.
+func (r *Range) Each(fn func(id recordid.ID, parked, byRef bool)) {
+	p, q := 0, 0
+	for _, k := range r.done {
+		for p < len(r.parked) && cmpKey(r.parked[p], k) < 0 {
+			p++
+		}
+		for q < len(r.byRef) && cmpKey(r.byRef[q], k) < 0 {
+			q++
+		}
+		parked := p < len(r.parked) && cmpKey(r.parked[p], k) == 0
+		byRef := q < len(r.byRef) && cmpKey(r.byRef[q], k) == 0
+		fn(recordid.ID{ShardID: r.shardID, Seq: k.seq, Sub: k.sub}, parked, byRef)
+	}
+}
+
+// Len is the number of distinct done ids in the range.
+func (r *Range) Len() int { return len(r.done) }
+
+// Bounds returns the sequence range the Range was looked up for.
+func (r *Range) Bounds() (first, last string) { return r.first, r.last }
+
+// Stats describes the reads behind the Range.
+func (r *Range) Stats() Stats { return r.stats }
