@@ -1,0 +1,336 @@
+package esm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Errors an Event's Err can wrap.
+var (
+	// ErrFunction wraps every failed invocation: the invoker's error or a timeout.
+	ErrFunction = errors.New("esm: function error")
+	// ErrFunctionTimeout marks an invocation that ran past FunctionTimeout (also ErrFunction).
+	ErrFunctionTimeout = errors.New("esm: function timed out")
+	// ErrPayloadTooLarge marks a single record whose event exceeds MaxPayloadBytes.
+	ErrPayloadTooLarge = errors.New("esm: invocation payload too large")
+)
+
+// lane is one of a shard's ParallelizationFactor concurrent batch streams. It receives the
+// shard's records of the partition keys hashed to it, in sequence order, invokes them in
+// batches one at a time and keeps its own checkpoint.
+type lane struct {
+	s   *shardRun
+	idx int
+	inv Invoker
+
+	mu     sync.Mutex
+	queue  []*record // read, not yet done; the head is the batch in progress
+	busy   bool      // a batch is being processed
+	closed bool      // the reader is done: no more records will come
+	wake   chan struct{}
+}
+
+func newLane(s *shardRun, idx int) *lane {
+	return &lane{s: s, idx: idx, wake: make(chan struct{}, 1)}
+}
+
+func (l *lane) push(recs ...*record) {
+	l.mu.Lock()
+	l.queue = append(l.queue, recs...)
+	l.mu.Unlock()
+	l.signal()
+}
+
+func (l *lane) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.signal()
+}
+
+func (l *lane) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *lane) idle() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue) == 0 && !l.busy
+}
+
+func (l *lane) pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}
+
+// run processes batches until the reader is done and the queue is empty, or ctx ends.
+func (l *lane) run(ctx context.Context) {
+	windowStart := time.Now()
+	for {
+		batch := l.next(ctx, windowStart)
+		if batch == nil {
+			return
+		}
+		l.process(ctx, batch)
+		l.mu.Lock()
+		if ctx.Err() == nil {
+			l.queue = l.queue[len(batch):]
+			if len(l.queue) == 0 {
+				l.queue = nil // let the backing array go
+			}
+		}
+		l.busy = false
+		l.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		// "the next batching window begins as soon as the previous function invocation
+		// completes" (https://docs.aws.amazon.com/lambda/latest/dg/invocation-eventsourcemapping.html#invocation-eventsourcemapping-batching)
+		windowStart = time.Now()
+	}
+}
+
+// next waits for the next batch: it is sent when it is full (BatchSize records, or the next
+// record would push the payload over the limit), when the batching window has passed, or when
+// the shard is read to its end (no record can still join). It returns nil when the lane is done.
+func (l *lane) next(ctx context.Context, windowStart time.Time) []*record {
+	cfg := l.s.m.cfg
+	for {
+		l.mu.Lock()
+		if len(l.queue) == 0 && l.closed {
+			l.mu.Unlock()
+			return nil
+		}
+		wait := time.Duration(-1)
+		if len(l.queue) > 0 {
+			n, full := cut(l.queue, cfg.BatchSize, cfg.MaxPayloadBytes)
+			remaining := cfg.BatchingWindow - time.Since(windowStart)
+			if full || remaining <= 0 || l.closed {
+				l.busy = true
+				batch := slices.Clone(l.queue[:n])
+				l.mu.Unlock()
+				return batch
+			}
+			wait = remaining
+		}
+		l.mu.Unlock()
+		var timer *time.Timer
+		var fired <-chan time.Time
+		if wait >= 0 {
+			timer = time.NewTimer(wait)
+			fired = timer.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-l.wake:
+		case <-fired:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// unit is a batch or a part of one (after a partial failure or a bisection) with the history
+// that decides its fate.
+type unit struct {
+	recs    []*record
+	retries int         // retries consumed by this batch lineage
+	invokes int         // invocations of this lineage (approximateInvokeCount)
+	last    *lastInvoke // the latest invocation, for the OnFailure message
+}
+
+// process takes batch to done: every record succeeds, expires or is given up, in order. The
+// rules (https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html,
+// https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html):
+//   - records older than MaximumRecordAge are not sent: they go to OnFailure as
+//     RecordAgeExceeded, checked before every invocation, retries included;
+//   - a partial batch response checkpoints before the lowest failed record and retries every
+//     record from it on (one retry);
+//   - a function error with BisectBatchOnFunctionError splits the batch in two halves, each
+//     processed in order; "Splitting batches doesn't consume the retry quota": the halves keep
+//     the retry count of the batch, so retries are spent once a batch cannot be split further;
+//   - any other failure retries the same records (one retry);
+//   - after MaximumRetryAttempts retries the records go to OnFailure as RetryAttemptsExhausted
+//     and the lane moves on.
+func (l *lane) process(ctx context.Context, batch []*record) {
+	m := l.s.m
+	work := []unit{{recs: batch}}
+	for len(work) > 0 {
+		if ctx.Err() != nil {
+			return
+		}
+		u := work[0]
+		work = work[1:]
+
+		if n := l.expired(u.recs); n > 0 {
+			if !l.giveUp(ctx, u.recs[:n], ConditionRecordAgeExceeded, u) {
+				return
+			}
+			u.recs = u.recs[n:]
+			if len(u.recs) == 0 {
+				continue
+			}
+		}
+
+		res := l.invoke(ctx, u)
+		if res.aborted {
+			return
+		}
+		u.invokes++
+		u.last = &res.last
+		first, last := u.recs[0].seq, u.recs[len(u.recs)-1].seq
+		switch {
+		case res.err == nil && res.failedIdx < 0:
+			l.checkpoint(last)
+
+		case res.err == nil:
+			i := res.failedIdx
+			m.emit(Event{Type: EventPartialFailure, ShardID: l.s.id, Lane: l.idx, FirstSeq: first, LastSeq: last,
+				Size: len(u.recs), Attempt: u.retries, RequestID: res.last.requestID, FailedSeq: u.recs[i].seq})
+			if i > 0 {
+				l.checkpoint(u.recs[i-1].seq)
+			}
+			rest := u
+			rest.recs = u.recs[i:]
+			if l.exhausted(rest.retries) {
+				if !l.giveUp(ctx, rest.recs, ConditionRetryAttemptsExhausted, rest) {
+					return
+				}
+				continue
+			}
+			rest.retries++
+			if sleep(ctx, m.retryDelay) != nil {
+				return
+			}
+			work = append([]unit{rest}, work...)
+
+		default:
+			m.emit(Event{Type: EventFunctionError, ShardID: l.s.id, Lane: l.idx, FirstSeq: first, LastSeq: last,
+				Size: len(u.recs), Attempt: u.retries, RequestID: res.last.requestID, Err: res.err})
+			m.log.WarnContext(ctx, "esm: invocation failed", "shard_id", l.s.id, "lane", l.idx,
+				"sequence_number", first, "request_id", res.last.requestID, "attempt", u.retries, "error", res.err)
+			if res.functionError && m.cfg.BisectBatchOnFunctionError && len(u.recs) > 1 {
+				h := len(u.recs) / 2
+				m.emit(Event{Type: EventBisected, ShardID: l.s.id, Lane: l.idx, FirstSeq: first, LastSeq: last,
+					Size: len(u.recs), Attempt: u.retries, FailedSeq: u.recs[h].seq})
+				left, right := u, u
+				left.recs, right.recs = u.recs[:h], u.recs[h:]
+				work = append([]unit{left, right}, work...)
+				continue
+			}
+			if l.exhausted(u.retries) {
+				if !l.giveUp(ctx, u.recs, ConditionRetryAttemptsExhausted, u) {
+					return
+				}
+				continue
+			}
+			u.retries++
+			if sleep(ctx, m.retryDelay) != nil {
+				return
+			}
+			work = append([]unit{u}, work...)
+		}
+	}
+}
+
+func (l *lane) exhausted(retries int) bool {
+	limit := l.s.m.cfg.MaximumRetryAttempts
+	return limit >= 0 && retries >= limit
+}
+
+// expired returns how many records at the head of recs are older than MaximumRecordAge.
+// Arrival times grow with sequence numbers within a shard, so the old records are a prefix.
+func (l *lane) expired(recs []*record) int {
+	m := l.s.m
+	if m.cfg.MaximumRecordAge <= 0 {
+		return 0
+	}
+	now := m.now()
+	n := 0
+	for n < len(recs) && now.Sub(recs[n].arrival) > m.cfg.MaximumRecordAge {
+		n++
+	}
+	return n
+}
+
+// giveUp sends recs to the OnFailure destination under condition and moves the checkpoint
+// past them. It returns false when ctx ended before the message was accepted.
+func (l *lane) giveUp(ctx context.Context, recs []*record, condition string, u unit) bool {
+	m := l.s.m
+	msg := m.failureMessage(l.s.id, recs, condition, u.invokes, u.last)
+	if err := m.sendFailure(ctx, msg); err != nil {
+		return false
+	}
+	typ := EventRetriesExhausted
+	if condition == ConditionRecordAgeExceeded {
+		typ = EventRecordsExpired
+	}
+	m.emit(Event{Type: typ, ShardID: l.s.id, Lane: l.idx, FirstSeq: recs[0].seq, LastSeq: recs[len(recs)-1].seq,
+		Size: len(recs), Attempt: u.retries, RequestID: msg.RequestContext.RequestID, Failure: msg})
+	m.log.WarnContext(ctx, "esm: records given up", "shard_id", l.s.id, "lane", l.idx, "condition", condition,
+		"sequence_number", recs[0].seq, "end_sequence_number", recs[len(recs)-1].seq, "records", len(recs))
+	l.checkpoint(recs[len(recs)-1].seq)
+	return true
+}
+
+func (l *lane) checkpoint(seq string) {
+	l.s.m.setCheckpoint(l.s.id, l.idx, seq)
+	l.s.m.emit(Event{Type: EventCheckpoint, ShardID: l.s.id, Lane: l.idx, Checkpoint: seq})
+}
+
+type invokeResult struct {
+	failedIdx     int   // lowest failed record after a partial response; -1 on success
+	err           error // complete failure
+	functionError bool  // err is a function error (eligible for bisection)
+	aborted       bool  // the mapping is stopping
+	last          lastInvoke
+}
+
+// invoke runs one invocation of u with the function timeout as the invoker's deadline.
+func (l *lane) invoke(ctx context.Context, u unit) invokeResult {
+	m := l.s.m
+	p := payload(u.recs)
+	reqID := newRequestID()
+	m.emit(Event{Type: EventBatchInvoked, ShardID: l.s.id, Lane: l.idx, FirstSeq: u.recs[0].seq,
+		LastSeq: u.recs[len(u.recs)-1].seq, Size: len(u.recs), Attempt: u.retries, RequestID: reqID})
+	if len(p) > m.cfg.MaxPayloadBytes {
+		// Lambda refuses the request (413 RequestEntityTooLargeException): not a function error.
+		return invokeResult{err: fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(p), m.cfg.MaxPayloadBytes),
+			last: lastInvoke{requestID: reqID, statusCode: 413}}
+	}
+	ictx, cancel := context.WithTimeout(ctx, m.cfg.FunctionTimeout)
+	resp, err := l.inv.Invoke(ictx, p)
+	timedOut := errors.Is(ictx.Err(), context.DeadlineExceeded)
+	cancel()
+	if ctx.Err() != nil {
+		return invokeResult{aborted: true}
+	}
+	res := invokeResult{failedIdx: -1, last: lastInvoke{requestID: reqID, statusCode: 200}}
+	switch {
+	case timedOut:
+		res.err = fmt.Errorf("%w: %w: Task timed out after %.2f seconds", ErrFunction, ErrFunctionTimeout, m.cfg.FunctionTimeout.Seconds())
+		if err != nil {
+			res.err = fmt.Errorf("%w (%w)", res.err, err)
+		}
+		res.functionError, res.last.functionError = true, true
+	case err != nil:
+		res.err = fmt.Errorf("%w: %w", ErrFunction, err)
+		res.functionError, res.last.functionError = true, true
+	case m.cfg.ReportBatchItemFailures:
+		// Without ReportBatchItemFailures Lambda ignores the response body.
+		res.failedIdx, res.err = parseResponse(resp, u.recs)
+	}
+	return res
+}
