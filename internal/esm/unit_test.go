@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gapless-dev/gapless/internal/onfailure"
 	"math/big"
 	"slices"
 	"strings"
@@ -343,6 +344,19 @@ func TestFailureMessageShape(t *testing.T) {
 	expired := m.failureMessage("shardId-000000000007", recs, ConditionRecordAgeExceeded, 0, nil)
 	if b, _ := json.Marshal(expired); strings.Contains(string(b), "responseContext") || expired.RequestContext.RequestID == "" {
 		t.Fatalf("never-invoked message: %s", b)
+	}
+	// The emulator writes the format; the reconciler's parser (internal/onfailure) reads it. Every
+	// variant the emulator sends must parse into the same range.
+	for _, fm := range []*FailureMessage{msg, partial, expired} {
+		body, _ := json.Marshal(fm)
+		parsed, err := onfailure.Parse(body)
+		if err != nil {
+			t.Fatalf("onfailure.Parse of the emulator's message: %v\n%s", err, body)
+		}
+		if b := parsed.KinesisBatchInfo; b.ShardID != fm.KinesisBatchInfo.ShardID || b.StartSequenceNumber != "21" ||
+			b.EndSequenceNumber != "22" || b.StreamName() != "s" || parsed.RequestContext.Condition != fm.RequestContext.Condition {
+			t.Fatalf("parsed %+v from %s", parsed, body)
+		}
 	}
 }
 
