@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gapless-dev/gapless/internal/config"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func fullEnv() map[string]string {
+	return map[string]string{
+		config.EnvGroup: "g", config.EnvCheckpointTable: "cp", config.EnvDedupeTable: "ledger",
+		config.EnvParkedQueueURL: "http://127.0.0.1:1/q/parked", config.EnvTargetQueueURL: "http://127.0.0.1:1/q/target",
+	}
+}
+
+func TestSetup(t *testing.T) {
+	t.Setenv("AWS_REGION", "us-east-1")
+	if _, err := setup(context.Background(), env(fullEnv()), &bytes.Buffer{}); err != nil {
+		t.Fatalf("complete configuration: %v", err)
+	}
+	for _, tc := range []struct{ name, key, value string }{
+		{"missing group", config.EnvGroup, ""},
+		{"bad attempts", config.EnvMaxRecordAttempts, "zero"},
+		{"bad dedupe key", config.EnvDedupeKey, "a..b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := fullEnv()
+			e[tc.key] = tc.value
+			_, err := setup(context.Background(), env(e), &bytes.Buffer{})
+			if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), tc.key) {
+				t.Fatalf("err = %v, want an ErrInvalid naming %s", err, tc.key)
+			}
+		})
+	}
+}
+
+// TestColdStartFailsNamingTheVariable builds the function and starts it with an empty
+// environment: it must exit non-zero at once and name what is missing.
+func TestColdStartFailsNamingTheVariable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the function")
+	}
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("exit: %v, want a non-zero exit", err)
+	}
+	for _, name := range config.ConsumerRequired {
+		if !strings.Contains(stderr.String(), name) {
+			t.Errorf("stderr does not name %s: %s", name, stderr.String())
+		}
+	}
+}

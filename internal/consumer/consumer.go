@@ -1,0 +1,187 @@
+// Package consumer is the Lambda handler behind the Kinesis event-source mapping: it validates
+// and de-aggregates the event, runs it through the batch pipeline, and answers Lambda with a
+// partial batch response (ReportBatchItemFailures) naming the lowest failed sequence number.
+//
+// Response rules (Lambda developer guide, "Configuring partial batch response with Kinesis"):
+// a nil or empty batchItemFailures is complete success; an empty or null itemIdentifier is
+// complete failure; with several failures Lambda checkpoints at the lowest and retries from it.
+// This handler always returns either nil (all records done) or exactly one failure whose
+// identifier is a sequence number of the event, never an empty string.
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/gapless-dev/gapless/internal/metrics"
+	"github.com/gapless-dev/gapless/internal/pipeline"
+)
+
+// Metric names written after every invocation (namespace Gapless, dimension Group).
+const (
+	MetricRecordsProcessed        = "RecordsProcessed"
+	MetricDuplicatesSkipped       = "DuplicatesSkipped"
+	MetricRecordsFailed           = "RecordsFailed"
+	MetricRecordsParked           = "RecordsParked"
+	MetricRecordsParkedByRef      = "RecordsParkedByRef"
+	MetricCheckpointWriteFailures = "CheckpointWriteFailures"
+	MetricCheckpointRacesLost     = "CheckpointRacesLost"
+	MetricLedgerWriteFailures     = "LedgerWriteFailures"
+	MetricRecordsRejected         = "RecordsRejected"
+)
+
+// Handler handles Kinesis events for one consumer group.
+type Handler struct {
+	pipeline    *pipeline.Pipeline
+	group       string
+	log         *slog.Logger
+	metrics     *metrics.Emitter
+	logPayloads bool
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithMetrics sets the EMF emitter (default: none). The Lambda main passes
+// metrics.New(os.Stdout, metrics.Namespace, []metrics.Dimension{{metrics.DimensionGroup, group}}).
+func WithMetrics(e *metrics.Emitter) Option { return func(h *Handler) { h.metrics = e } }
+
+// WithLogPayloads includes payloads in the log lines about rejected records (LOG_PAYLOADS).
+func WithLogPayloads(on bool) Option { return func(h *Handler) { h.logPayloads = on } }
+
+// NewHandler returns the handler for group (GAPLESS_GROUP). logger should be NewLogger's (JSON,
+// request_id from the Lambda context); nil discards logs.
+func NewHandler(p *pipeline.Pipeline, group string, logger *slog.Logger, opts ...Option) *Handler {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{pipeline: p, group: group, log: logger}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// HandleJSON is the handler registered with lambda.Start: it decodes the payload record by
+// record (see decodeEvent), so one malformed record cannot make the whole invocation fail
+// before any record is looked at. It returns an error only for a payload that is not a JSON
+// object, or when no record has a sequence number to report (ErrUnreportable).
+func (h *Handler) HandleJSON(ctx context.Context, raw json.RawMessage) (events.KinesisEventResponse, error) {
+	recs, err := decodeEvent(raw)
+	if err != nil {
+		h.log.ErrorContext(ctx, "invocation payload is not a Kinesis event", "group", h.group, "error", err)
+		return events.KinesisEventResponse{}, err
+	}
+	return h.handle(ctx, recs)
+}
+
+// Handle handles an event already decoded by the Lambda runtime.
+func (h *Handler) Handle(ctx context.Context, ev events.KinesisEvent) (events.KinesisEventResponse, error) {
+	return h.handle(ctx, fromEvent(ev))
+}
+
+func (h *Handler) handle(ctx context.Context, recs []inRecord) (events.KinesisEventResponse, error) {
+	start := time.Now()
+	pl := buildPlan(h.group, recs)
+	b := &pl.batch
+	log := h.log.With("group", h.group, "stream", b.Shard.Stream, "shard_id", b.Shard.ShardID)
+	if len(recs) == 0 {
+		log.InfoContext(ctx, "empty event: nothing to do")
+		return events.KinesisEventResponse{}, nil
+	}
+	for _, rj := range pl.rejected {
+		attrs := []any{"position", rj.rec.pos, "sequence_number", rj.rec.seq, "event_id", rj.rec.eventID,
+			"event_source_arn", rj.rec.arn, "reason", rj.reason, "reported_failure", pl.firstID}
+		if h.logPayloads {
+			attrs = append(attrs, "data", string(rj.rec.data))
+		}
+		log.ErrorContext(ctx, "record rejected: not processable in this batch; failing the batch from its first record so Lambda retries it", attrs...)
+	}
+	for _, r := range pl.dropped {
+		log.WarnContext(ctx, "sequence number delivered twice in one event with identical content: processed once", "sequence_number", r.seq, "position", r.pos)
+	}
+	if pl.unordered {
+		log.WarnContext(ctx, "event records were not in sequence order: sorted before processing")
+	}
+	for _, r := range b.Records {
+		if r.DecodeErr != nil {
+			log.ErrorContext(ctx, "malformed record: counted as a failed attempt (parked after the maximum)",
+				"sequence_number", r.ID.Seq, "partition_key", r.PartitionKey, "error", r.DecodeErr.Error())
+		}
+	}
+
+	var res pipeline.Result
+	var runErr error
+	if len(b.Records) > 0 {
+		res, runErr = h.pipeline.Run(ctx, *b)
+	}
+	failure := ""
+	switch {
+	case runErr != nil:
+		// The ledger did not record the batch: nothing may be reported done. Report the first
+		// record so Lambda redelivers all of it.
+		failure = pl.firstID
+		log.ErrorContext(ctx, "batch failed as a whole", "error", runErr, "reported_failure", failure)
+	case len(pl.rejected) > 0:
+		failure = pl.firstID
+	case res.LowestFailedSeq != "":
+		failure = res.LowestFailedSeq
+	}
+	h.emit(ctx, log, b, res, runErr != nil, len(pl.rejected))
+
+	attrs := []any{"records", len(recs), "user_records", len(b.Records), "processed", res.Processed,
+		"duplicates_skipped", res.DuplicatesSkipped, "failed", res.Failed, "parked", res.Parked,
+		"parked_by_ref", res.ParkedByRef, "rejected", len(pl.rejected), "malformed", pl.malformed,
+		"checkpoint", res.CheckpointSeq, "checkpoint_advanced", res.CheckpointAdvanced,
+		"checkpoint_race_lost", res.CheckpointRaceLost, "reported_failure", failure,
+		"duration_ms", time.Since(start).Milliseconds()}
+	if failure == "" && (runErr != nil || len(pl.rejected) > 0 || res.Failed > 0) {
+		// Only possible when no record of the event has any sequence number: return an error so
+		// Lambda retries the invocation whole rather than report an empty identifier (which it
+		// would also read as total failure, but an error says why).
+		log.ErrorContext(ctx, "batch fails but no record has a sequence number to report: failing the invocation", attrs...)
+		return events.KinesisEventResponse{}, ErrUnreportable
+	}
+	if failure == "" {
+		log.InfoContext(ctx, "batch done", attrs...)
+		return events.KinesisEventResponse{}, nil // nil BatchItemFailures marshals to null: complete success
+	}
+	log.WarnContext(ctx, "batch partially failed: Lambda retries from the reported sequence number", attrs...)
+	return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: failure}}}, nil
+}
+
+func (h *Handler) emit(ctx context.Context, log *slog.Logger, b *pipeline.Batch, res pipeline.Result, ledgerFailed bool, rejected int) {
+	if h.metrics == nil {
+		return
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	failed := res.Failed
+	if ledgerFailed {
+		// Nothing of the batch is recorded done: all of it will be redelivered.
+		res = pipeline.Result{}
+		failed = len(b.Records)
+	}
+	err := h.metrics.Emit(
+		metrics.Metric{Name: MetricRecordsProcessed, Value: float64(res.Processed)},
+		metrics.Metric{Name: MetricDuplicatesSkipped, Value: float64(res.DuplicatesSkipped)},
+		metrics.Metric{Name: MetricRecordsFailed, Value: float64(failed + rejected)},
+		metrics.Metric{Name: MetricRecordsParked, Value: float64(res.Parked)},
+		metrics.Metric{Name: MetricRecordsParkedByRef, Value: float64(res.ParkedByRef)},
+		metrics.Metric{Name: MetricCheckpointWriteFailures, Value: float64(res.CheckpointWriteFailures)},
+		metrics.Metric{Name: MetricCheckpointRacesLost, Value: b2f(res.CheckpointRaceLost)},
+		metrics.Metric{Name: MetricLedgerWriteFailures, Value: b2f(ledgerFailed)},
+		metrics.Metric{Name: MetricRecordsRejected, Value: float64(rejected)},
+	)
+	if err != nil {
+		log.WarnContext(ctx, "metrics not written", "error", err)
+	}
+}

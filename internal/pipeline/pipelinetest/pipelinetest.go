@@ -1,0 +1,211 @@
+// Package pipelinetest holds in-memory stores for the pipeline: a ledger, a checkpoint mirror
+// and a parker with the same observable semantics as internal/dedupe, internal/checkpoint and
+// internal/park. TEST-ONLY: nothing here is durable or shared between processes. Unit tests,
+// fuzz targets and benchmarks use them; integration tests use the real stores.
+package pipelinetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/gapless-dev/gapless/internal/park"
+	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/recordid"
+	"github.com/gapless-dev/gapless/internal/seqnum"
+)
+
+// Ledger is an in-memory pipeline.Ledger and pipeline.Claimer. The zero value is ready.
+type Ledger struct {
+	mu      sync.Mutex
+	entries map[string][]pipeline.Entry // by shard state key
+	claims  map[string]recordid.ID      // group|key -> owner
+	Lookups int                         // calls, for tests of "one lookup per batch"
+	Records int
+	ClaimsN int
+	// Fail, when set, is called before each operation ("lookup", "record", "claim") and its
+	// error returned instead of doing it.
+	Fail func(op string) error
+}
+
+var (
+	_ pipeline.Ledger  = (*Ledger)(nil)
+	_ pipeline.Claimer = (*Ledger)(nil)
+)
+
+// View is the state of a range: done ids and attempt counts.
+type View struct {
+	done     map[recordid.ID]bool
+	parked   map[recordid.ID]bool
+	attempts map[recordid.ID]int
+}
+
+// Done implements pipeline.View.
+func (v *View) Done(id recordid.ID) bool { return v.done[id] }
+
+// Parked reports whether id was parked.
+func (v *View) Parked(id recordid.ID) bool { return v.parked[id] }
+
+// Attempts implements pipeline.View.
+func (v *View) Attempts(id recordid.ID) int { return v.attempts[id] }
+
+func (l *Ledger) fail(op string) error {
+	if l.Fail != nil {
+		return l.Fail(op)
+	}
+	return nil
+}
+
+// Lookup implements pipeline.Ledger: every entry whose last sequence is >= first contributes
+// its ids within [first, last].
+func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last string) (pipeline.View, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Lookups++
+	if err := l.fail("lookup"); err != nil {
+		return nil, err
+	}
+	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, attempts: map[recordid.ID]int{}}
+	in := func(id recordid.ID) bool {
+		return seqnum.Compare(id.Seq, first) >= 0 && seqnum.Compare(id.Seq, last) <= 0
+	}
+	for _, e := range l.entries[shard.String()] {
+		if seqnum.Compare(e.Last, first) < 0 {
+			continue
+		}
+		for _, id := range e.Done {
+			if in(id) {
+				v.done[id] = true
+			}
+		}
+		for _, id := range e.Parked {
+			if in(id) {
+				v.parked[id] = true
+			}
+		}
+		for _, id := range e.Failed {
+			if in(id) {
+				v.attempts[id]++
+			}
+		}
+	}
+	return v, nil
+}
+
+// Record implements pipeline.Ledger.
+func (l *Ledger) Record(_ context.Context, shard recordid.Shard, e pipeline.Entry) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Records++
+	if err := l.fail("record"); err != nil {
+		return err
+	}
+	if l.entries == nil {
+		l.entries = map[string][]pipeline.Entry{}
+	}
+	l.entries[shard.String()] = append(l.entries[shard.String()], e)
+	return nil
+}
+
+// Claim implements pipeline.Claimer.
+func (l *Ledger) Claim(_ context.Context, group, key string, id recordid.ID) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ClaimsN++
+	if err := l.fail("claim"); err != nil {
+		return false, err
+	}
+	if l.claims == nil {
+		l.claims = map[string]recordid.ID{}
+	}
+	k := group + recordid.Separator + key
+	if owner, ok := l.claims[k]; ok {
+		return owner != id, nil
+	}
+	l.claims[k] = id
+	return false, nil
+}
+
+// Entries returns a copy of the entries recorded for shard.
+func (l *Ledger) Entries(shard recordid.Shard) []pipeline.Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]pipeline.Entry(nil), l.entries[shard.String()]...)
+}
+
+// Checkpoint is an in-memory pipeline.Checkpointer with the monotonic conditional semantics of
+// internal/checkpoint. The zero value is ready.
+type Checkpoint struct {
+	mu    sync.Mutex
+	seqs  map[string]string
+	Calls int
+	// Fail, when set, is called before each Advance; its error is returned instead.
+	Fail func(shard recordid.Shard, seq string) error
+}
+
+var _ pipeline.Checkpointer = (*Checkpoint)(nil)
+
+// Advance implements pipeline.Checkpointer.
+func (c *Checkpoint) Advance(_ context.Context, shard recordid.Shard, seq string) (pipeline.Advance, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Calls++
+	if c.Fail != nil {
+		if err := c.Fail(shard, seq); err != nil {
+			return pipeline.Advance{}, err
+		}
+	}
+	if err := seqnum.Validate(seq); err != nil {
+		return pipeline.Advance{}, err
+	}
+	if c.seqs == nil {
+		c.seqs = map[string]string{}
+	}
+	if cur, ok := c.seqs[shard.String()]; ok && seqnum.Compare(cur, seq) >= 0 {
+		return pipeline.Advance{Previous: cur}, nil
+	}
+	c.seqs[shard.String()] = seq
+	return pipeline.Advance{Advanced: true}, nil
+}
+
+// Get returns shard's checkpoint ("" if none).
+func (c *Checkpoint) Get(shard recordid.Shard) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seqs[shard.String()]
+}
+
+// Parker is an in-memory pipeline.Parker. MaxBytes > 0 parks larger payloads by reference.
+type Parker struct {
+	mu       sync.Mutex
+	MaxBytes int
+	Parked   []park.Record
+	// Fail, when set, is called before each Park; its error is returned instead.
+	Fail func(r park.Record) error
+}
+
+var _ pipeline.Parker = (*Parker)(nil)
+
+// Park implements pipeline.Parker.
+func (p *Parker) Park(_ context.Context, r park.Record) (park.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.Fail != nil {
+		if err := p.Fail(r); err != nil {
+			return park.Result{}, err
+		}
+	}
+	byRef := p.MaxBytes > 0 && len(r.Data) > p.MaxBytes
+	if byRef {
+		r.Data = nil
+	}
+	p.Parked = append(p.Parked, r)
+	return park.Result{ByRef: byRef, MessageID: fmt.Sprintf("m-%d", len(p.Parked))}, nil
+}
+
+// Records returns a copy of what was parked.
+func (p *Parker) Records() []park.Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]park.Record(nil), p.Parked...)
+}

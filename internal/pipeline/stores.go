@@ -1,0 +1,58 @@
+package pipeline
+
+import (
+	"context"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/recordid"
+)
+
+// DedupeLedger adapts the DynamoDB ledger (internal/dedupe) to Ledger and Claimer.
+type DedupeLedger struct{ L *dedupe.Ledger }
+
+var (
+	_ Ledger  = DedupeLedger{}
+	_ Claimer = DedupeLedger{}
+	_ View    = (*dedupe.Range)(nil)
+)
+
+// Lookup implements Ledger.
+func (d DedupeLedger) Lookup(ctx context.Context, shard recordid.Shard, first, last string) (View, error) {
+	r, err := d.L.Lookup(ctx, shard, first, last)
+	if err != nil {
+		return nil, err // never a typed nil inside a non-nil View
+	}
+	return r, nil
+}
+
+// Record implements Ledger.
+func (d DedupeLedger) Record(ctx context.Context, shard recordid.Shard, e Entry) error {
+	return d.L.Record(ctx, shard, dedupe.Entry{
+		First: e.First, Last: e.Last, Done: e.Done, Parked: e.Parked, ParkedByRef: e.ParkedByRef,
+		Failed: e.Failed, Source: e.Source,
+	})
+}
+
+// Claim implements Claimer.
+func (d DedupeLedger) Claim(ctx context.Context, group, key string, id recordid.ID) (bool, error) {
+	r, err := d.L.Claim(ctx, group, key, id)
+	if err != nil {
+		return false, err
+	}
+	return r.Duplicate, nil
+}
+
+// CheckpointStore adapts the checkpoint mirror (internal/checkpoint) to Checkpointer.
+type CheckpointStore struct{ S *checkpoint.Store }
+
+var _ Checkpointer = CheckpointStore{}
+
+// Advance implements Checkpointer.
+func (c CheckpointStore) Advance(ctx context.Context, shard recordid.Shard, seq string) (Advance, error) {
+	r, err := c.S.Advance(ctx, shard, seq)
+	if err != nil {
+		return Advance{}, err
+	}
+	return Advance{Advanced: r.Advanced, Previous: r.Previous}, nil
+}
