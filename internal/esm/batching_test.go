@@ -113,7 +113,11 @@ func TestPayloadLimitSixMB(t *testing.T) {
 		puts = append(puts, s.put(t, "big", bytes.Repeat([]byte{byte('a' + i)}, 1000*1000)))
 	}
 	r := newRecorder(t, nil)
-	drain(t, s, nil, r, baseConfig(s))
+	cfg := baseConfig(s)
+	// Decoding 6 MB under -race on a loaded 2-core machine can take seconds: a timeout here would
+	// retry the batch and hide what this test is about.
+	cfg.FunctionTimeout = time.Minute
+	drain(t, s, nil, r, cfg)
 	if got := batchSizes(r); !slices.Equal(got, []int{4, 1}) {
 		t.Fatalf("batch sizes %v, want [4 1]", got)
 	}
