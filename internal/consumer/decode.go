@@ -293,7 +293,10 @@ func buildPlan(group string, recs []inRecord) plan {
 		AdvanceCheckpoint: true,
 	}
 
-	var valid []inRecord
+	// Sized up front: for a 6 MB batch, growing these by append doubled the handler's peak
+	// memory (docs/benchmarks.md, memory target).
+	valid := make([]inRecord, 0, len(recs))
+	pl.batch.Records = make([]pipeline.Record, 0, len(recs))
 	for _, r := range recs {
 		if seqnum.Validate(r.seq) != nil {
 			pl.rejected = append(pl.rejected, rejected{r, "invalid sequence number " + clip(r.seq)})
@@ -328,7 +331,7 @@ func buildPlan(group string, recs []inRecord) plan {
 			}
 			continue
 		}
-		pl.batch.Records = append(pl.batch.Records, expand(&nm, shardID, r, &pl.malformed)...)
+		pl.batch.Records = expand(pl.batch.Records, &nm, shardID, r, &pl.malformed)
 	}
 
 	pl.firstID = firstIdentifier(valid, recs)
@@ -365,15 +368,15 @@ func firstIdentifier(valid, all []inRecord) string {
 	return ""
 }
 
-// expand turns one valid Kinesis record into its pipeline records.
-func expand(nm *names, shardID string, r inRecord, malformed *int) []pipeline.Record {
+// expand appends the pipeline records of one valid Kinesis record to dst.
+func expand(dst []pipeline.Record, nm *names, shardID string, r inRecord, malformed *int) []pipeline.Record {
 	base := pipeline.Record{
 		ID: recordid.ID{ShardID: shardID, Seq: r.seq}, PartitionKey: r.pk, Data: r.data, ArrivalTime: r.arrival,
 	}
 	bad := func(err error) []pipeline.Record {
 		*malformed++
 		base.DecodeErr = err
-		return []pipeline.Record{base}
+		return append(dst, base)
 	}
 	switch {
 	case r.dataErr != nil:
@@ -390,18 +393,17 @@ func expand(nm *names, shardID string, r inRecord, malformed *int) []pipeline.Re
 	users, err := kpl.Deaggregate(r.data)
 	switch {
 	case errors.Is(err, kpl.ErrNotAggregated):
-		return []pipeline.Record{base}
+		return append(dst, base)
 	case err != nil:
 		return bad(fmt.Errorf("%w: %w", ErrMalformedRecord, err))
 	}
-	out := make([]pipeline.Record, len(users))
 	for i, u := range users {
-		out[i] = pipeline.Record{
+		dst = append(dst, pipeline.Record{
 			ID:           recordid.ID{ShardID: shardID, Seq: r.seq, Sub: uint32(i)},
 			PartitionKey: u.PartitionKey, Data: u.Data, ArrivalTime: r.arrival,
-		}
+		})
 	}
-	return out
+	return dst
 }
 
 func clip(s string) string {
