@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/reconcile"
+)
+
+func init() {
+	commands["redrive"] = command{summary: "run parked records back through the pipeline after a fix", run: runRedrive}
+}
+
+// redriveOutput is what `gapless redrive --json` prints.
+type redriveOutput struct {
+	Received       int `json:"received"`
+	Processed      int `json:"processed"`
+	Duplicates     int `json:"duplicates"`
+	ParkedAgain    int `json:"parked_again"`
+	Left           int `json:"left"`
+	Skipped        int `json:"skipped"`
+	Invalid        int `json:"invalid"`
+	DeleteFailures int `json:"delete_failures"`
+}
+
+func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, o := opsFlags("redrive", stderr, true)
+	maxMessages := fs.Int("max-messages", 0, "stop after this many parked messages (0: until none is left)")
+	visibility := fs.Duration("visibility", 2*time.Minute, "how long a received message stays hidden; messages left in the queue reappear after it")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gapless redrive [flags]\n\n"+
+			"Receives parked records (the parked queue) of the group and stream and runs each through the\n"+
+			"pipeline again with a fresh budget of --max-attempts (records parked by reference are re-read\n"+
+			"from the stream). A record that succeeds is forwarded by the default Process and its message\n"+
+			"deleted; one that fails its whole budget is parked again (a new message) and the old one\n"+
+			"deleted; anything else stays in the queue. Progress on stderr, summary on stdout.\n"+
+			"Exits 1 when some message was left in the queue.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue"); err != nil {
+		return err
+	}
+	c, err := loadClients(ctx, o, stderr)
+	if err != nil {
+		return err
+	}
+	log := cliLogger(stderr)
+	dl := pipeline.DedupeLedger{L: dedupe.New(c.ddb, o.dedupeTable, dedupe.WithLogger(log))}
+	p, err := buildPipeline(ctx, c, o, reconcile.NewRedriveLedger(dl), dl, log)
+	if err != nil {
+		return err
+	}
+	d, err := reconcile.NewRedriver(c.sqs, o.parkedQueue, c.kin, p,
+		reconcile.RedriveConfig{Group: o.group, Stream: o.stream, MaxRecordAttempts: o.maxAttempts, MaxMessages: *maxMessages, VisibilityTimeout: *visibility},
+		reconcile.WithRedriveLogger(log), reconcile.WithRedriveProgress(func(ev reconcile.RedriveEvent) {
+			line := fmt.Sprintf("redrive %s: %s", orDash(ev.RecordID, ev.MessageID), ev.Outcome)
+			if ev.Attempts > 0 {
+				line += fmt.Sprintf(" after %d attempt(s)", ev.Attempts)
+			}
+			if ev.Err != nil {
+				line += ": " + ev.Err.Error()
+			}
+			fmt.Fprintln(stderr, line)
+		}))
+	if err != nil {
+		return err
+	}
+	rep, err := d.Run(ctx)
+	out := redriveOutput{Received: rep.Received, Processed: rep.Processed, Duplicates: rep.Duplicates, ParkedAgain: rep.ParkedAgain,
+		Left: rep.Left, Skipped: rep.Skipped, Invalid: rep.Invalid, DeleteFailures: rep.DeleteFailures}
+	if o.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(out); jerr != nil {
+			return jerr
+		}
+	} else {
+		fmt.Fprintf(stdout, "%d parked messages: %d processed, %d already done, %d parked again, %d left in the queue, %d skipped, %d invalid\n",
+			out.Received, out.Processed, out.Duplicates, out.ParkedAgain, out.Left, out.Skipped, out.Invalid)
+	}
+	if err != nil {
+		return err
+	}
+	if rep.Left+rep.Invalid > 0 {
+		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", rep.Left+rep.Invalid)
+	}
+	return nil
+}
+
+func orDash(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/localstack"
+	"github.com/gapless-dev/gapless/internal/park"
+	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/reconcile"
+	"github.com/gapless-dev/gapless/process"
+)
+
+func init() {
+	commands["status"] = command{summary: "per shard: checkpoint, verified watermark, lag, gaps pending, parked", run: runStatus}
+}
+
+// opsOptions are the flags status, replay and redrive share. Defaults come from the functions'
+// environment variables (internal/config), so a shell set up like the function needs no flags.
+type opsOptions struct {
+	group, stream, checkpointTable, dedupeTable string
+	parkedQueue, targetQueue                    string
+	maxAttempts                                 int
+	dedupeKey                                   string
+	state                                       string
+	useAWS                                      bool
+	jsonOut                                     bool
+}
+
+// opsFlags declares the shared flags on a new FlagSet; queues adds the parked and target queue
+// and the attempt budget (replay, redrive).
+func opsFlags(name string, stderr io.Writer, queues bool) (*flag.FlagSet, *opsOptions) {
+	o := &opsOptions{}
+	fs := flag.NewFlagSet("gapless "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.group, "group", os.Getenv(config.EnvGroup), "consumer group (default $"+config.EnvGroup+")")
+	fs.StringVar(&o.stream, "stream", os.Getenv(config.EnvStreamName), "stream name (default $"+config.EnvStreamName+")")
+	fs.StringVar(&o.checkpointTable, "checkpoint-table", os.Getenv(config.EnvCheckpointTable), "checkpoint table (default $"+config.EnvCheckpointTable+")")
+	fs.StringVar(&o.dedupeTable, "dedupe-table", os.Getenv(config.EnvDedupeTable), "ledger table (default $"+config.EnvDedupeTable+")")
+	fs.StringVar(&o.parkedQueue, "parked-queue", os.Getenv(config.EnvParkedQueueURL), "parked queue URL (default $"+config.EnvParkedQueueURL+")")
+	if queues {
+		fs.StringVar(&o.targetQueue, "target-queue", os.Getenv(config.EnvTargetQueueURL), "target queue URL of the default Process (default $"+config.EnvTargetQueueURL+")")
+		attempts := config.DefaultMaxRecordAttempts
+		if v, err := strconv.Atoi(os.Getenv(config.EnvMaxRecordAttempts)); err == nil && v > 0 {
+			attempts = v
+		}
+		fs.IntVar(&o.maxAttempts, "max-attempts", attempts, "failures before a record is parked (default $"+config.EnvMaxRecordAttempts+" or 5)")
+		fs.StringVar(&o.dedupeKey, "dedupe-key", os.Getenv(config.EnvDedupeKey), "business-key JSON field, as the consumer's (default $"+config.EnvDedupeKey+", empty = off)")
+	}
+	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
+	fs.BoolVar(&o.useAWS, "aws", false, "use AWS (or AWS_ENDPOINT_URL_*) even when a local stack.env exists")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the result as JSON")
+	return fs, o
+}
+
+// require fails naming the flag (and its variable) of every empty required value.
+func (o *opsOptions) require(fs *flag.FlagSet, names ...string) error {
+	vals := map[string]struct{ v, env string }{
+		"group": {o.group, config.EnvGroup}, "stream": {o.stream, config.EnvStreamName},
+		"checkpoint-table": {o.checkpointTable, config.EnvCheckpointTable}, "dedupe-table": {o.dedupeTable, config.EnvDedupeTable},
+		"parked-queue": {o.parkedQueue, config.EnvParkedQueueURL}, "target-queue": {o.targetQueue, config.EnvTargetQueueURL},
+	}
+	var missing []string
+	for _, n := range names {
+		if strings.TrimSpace(vals[n].v) == "" {
+			missing = append(missing, fmt.Sprintf("--%s (or $%s)", n, vals[n].env))
+		}
+	}
+	if len(missing) > 0 {
+		fs.Usage()
+		fmt.Fprintf(fs.Output(), "\n%s: missing %s\n", fs.Name(), strings.Join(missing, ", "))
+		return fmt.Errorf("%w: missing %s", errUsage, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// opsClients are the SDK clients of one command.
+type opsClients struct {
+	kin   *kinesis.Client
+	ddb   *dynamodb.Client
+	sqs   *sqs.Client
+	local bool // endpoints from a local stack.env
+}
+
+// loadClients points the SDK at AWS_ENDPOINT_URL_* when any is set (or --aws), else at the local
+// stack recorded in stack.env by `gapless up` when it exists, else at AWS.
+func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClients, error) {
+	envSet := os.Getenv("AWS_ENDPOINT_URL_KINESIS") != "" || os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL_SQS") != ""
+	stackFile := ""
+	if !o.useAWS && !envSet {
+		dir := o.state
+		if dir == "" {
+			if root, err := localstack.FindRoot(); err == nil {
+				dir = filepath.Join(root, ".local")
+			}
+		}
+		if dir != "" {
+			if _, err := os.Stat(filepath.Join(dir, "stack.env")); err == nil || o.state != "" {
+				stackFile = filepath.Join(dir, "stack.env")
+			}
+		}
+	}
+	if stackFile == "" {
+		cfg, err := awsconfig.LoadDefaultConfig(ctx)
+		if err != nil {
+			return opsClients{}, fmt.Errorf("load AWS configuration: %w", err)
+		}
+		return opsClients{kin: kinesis.NewFromConfig(cfg), ddb: dynamodb.NewFromConfig(cfg), sqs: sqs.NewFromConfig(cfg)}, nil
+	}
+	env, err := readStackEnv(stackFile)
+	if err != nil {
+		return opsClients{}, err
+	}
+	if env["AWS_ENDPOINT_URL_KINESIS"] == "" {
+		return opsClients{}, fmt.Errorf("%s names no Kinesis endpoint", stackFile)
+	}
+	fmt.Fprintf(stderr, "using the local stack in %s\n", stackFile)
+	region := env["AWS_REGION"]
+	if region == "" {
+		region = "us-east-1"
+	}
+	creds := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{AccessKeyID: env["AWS_ACCESS_KEY_ID"], SecretAccessKey: env["AWS_SECRET_ACCESS_KEY"], Source: "stack.env"}, nil
+	})
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region), awsconfig.WithCredentialsProvider(creds))
+	if err != nil {
+		return opsClients{}, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	return opsClients{
+		kin:   kinesis.NewFromConfig(cfg, func(k *kinesis.Options) { k.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_KINESIS"]) }),
+		ddb:   dynamodb.NewFromConfig(cfg, func(d *dynamodb.Options) { d.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_DYNAMODB"]) }),
+		sqs:   sqs.NewFromConfig(cfg, func(s *sqs.Options) { s.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_SQS"]) }),
+		local: true,
+	}, nil
+}
+
+// queueURL returns u, or on a local stack the URL the stack gives the queue named like u's last
+// path element (env.json's URLs assume the default port).
+func (c opsClients) queueURL(ctx context.Context, u string) (string, error) {
+	if !c.local || u == "" {
+		return u, nil
+	}
+	out, err := c.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(path.Base(u))})
+	if err != nil {
+		return "", fmt.Errorf("queue %s on the local stack: %w", path.Base(u), err)
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+// cliLogger logs warnings and errors of the libraries as text on stderr.
+func cliLogger(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// buildPipeline is the consumer's pipeline for replays: same stores, same default Process.
+func buildPipeline(ctx context.Context, c opsClients, o *opsOptions, ledger pipeline.Ledger, claimer pipeline.Claimer, log *slog.Logger) (*pipeline.Pipeline, error) {
+	parked, err := c.queueURL(ctx, o.parkedQueue)
+	if err != nil {
+		return nil, err
+	}
+	target, err := c.queueURL(ctx, o.targetQueue)
+	if err != nil {
+		return nil, err
+	}
+	o.parkedQueue, o.targetQueue = parked, target
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxRecordAttempts, cfg.DedupeKey = o.maxAttempts, o.dedupeKey
+	return pipeline.New(ledger, pipeline.CheckpointStore{S: checkpoint.New(c.ddb, o.checkpointTable)},
+		park.New(c.sqs, parked), process.New(c.sqs, target), cfg, pipeline.WithLogger(log), pipeline.WithClaimer(claimer))
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, o := opsFlags("status", stderr, false)
+	settle := fs.Duration("settle", config.DefaultSettleAfter, "settle window: missing records younger than this are in flight, not gaps (default $"+config.EnvSettleAfter+" or 30m)")
+	if v, err := time.ParseDuration(os.Getenv(config.EnvSettleAfter)); err == nil && v > 0 {
+		*settle = v
+	}
+	maxRecords := fs.Int("max-records", 100000, "records read per shard at most (the lag beyond is shown as >=N)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gapless status [--group G] [--stream S] [--checkpoint-table T] [--dedupe-table T] [--json]\n\n"+
+			"Reads the stream after each shard's verified watermark up to its checkpoint and looks those\n"+
+			"records up in the ledger. Read-only.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table"); err != nil {
+		return err
+	}
+	c, err := loadClients(ctx, o, stderr)
+	if err != nil {
+		return err
+	}
+	ledger := pipeline.DedupeLedger{L: dedupe.New(c.ddb, o.dedupeTable, dedupe.WithLogger(cliLogger(stderr)))}
+	st, err := reconcile.Status(ctx, c.kin, checkpoint.New(c.ddb, o.checkpointTable), ledger,
+		reconcile.StatusConfig{Group: o.group, Stream: o.stream, SettleAfter: *settle, MaxRecords: *maxRecords})
+	if err != nil {
+		return err
+	}
+	out := statusOutput{StreamStatus: st}
+	if o.parkedQueue != "" {
+		n, err := queueDepth(ctx, c, o.parkedQueue)
+		if err != nil {
+			fmt.Fprintf(stderr, "parked queue depth unavailable: %v\n", err)
+		} else {
+			out.ParkedQueueMessages = &n
+		}
+	}
+	if o.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	printStatus(stdout, out)
+	var errs []error
+	for _, s := range st.Shards {
+		if s.Error != "" {
+			errs = append(errs, fmt.Errorf("shard %s: %s", s.ShardID, s.Error))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// statusOutput is what `gapless status --json` prints.
+type statusOutput struct {
+	reconcile.StreamStatus
+	// ParkedQueueMessages is the parked queue's approximate depth (visible + in flight), when
+	// the queue is known.
+	ParkedQueueMessages *int `json:"parked_queue_messages,omitempty"`
+}
+
+func queueDepth(ctx context.Context, c opsClients, u string) (int, error) {
+	u, err := c.queueURL(ctx, u)
+	if err != nil {
+		return 0, err
+	}
+	out, err := c.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages, sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages, sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible} {
+		v, err := strconv.Atoi(out.Attributes[string(a)])
+		if err != nil {
+			return 0, fmt.Errorf("%s = %q", a, out.Attributes[string(a)])
+		}
+		n += v
+	}
+	return n, nil
+}
+
+func printStatus(w io.Writer, out statusOutput) {
+	st := out.StreamStatus
+	fmt.Fprintf(w, "group %s  stream %s  at %s\n\n", st.Group, st.Stream, st.At.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tSTATE\tCHECKPOINT\tWATERMARK\tLAG_RECORDS\tLAG_SECONDS\tGAPS\tIN_FLIGHT\tPARKED\tLOST\t")
+	for _, s := range st.Shards {
+		lag := strconv.Itoa(s.LagRecords)
+		if s.LagCapped {
+			lag = ">=" + lag
+		}
+		wm := dash(s.Watermark)
+		if s.Trimmed {
+			wm += " (expired)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%d\t%d\t%d\t\n", s.ShardID, s.State, dash(s.Checkpoint), wm, lag,
+			s.LagSeconds, s.Gaps, s.InFlight, s.Parked, s.LostToRetention)
+	}
+	tw.Flush()
+	if out.ParkedQueueMessages != nil {
+		fmt.Fprintf(w, "\nparked queue: %d messages (redrive with `gapless redrive`)\n", *out.ParkedQueueMessages)
+	}
+	for _, s := range st.Shards {
+		if s.Error != "" {
+			fmt.Fprintf(w, "shard %s: %s\n", s.ShardID, s.Error)
+		}
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,13 @@
+package reconcile
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gapless-dev/gapless/internal/localstack"
+	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(stacktest.Run(m, localstack.Kinesis, localstack.DynamoDB, localstack.SQS))
+}

@@ -1,0 +1,123 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+)
+
+// kinesisAPI lists only the Kinesis calls the reconciler makes; *kinesis.Client satisfies it.
+type kinesisAPI interface {
+	ListShards(context.Context, *kinesis.ListShardsInput, ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error)
+	GetShardIterator(context.Context, *kinesis.GetShardIteratorInput, ...func(*kinesis.Options)) (*kinesis.GetShardIteratorOutput, error)
+	GetRecords(context.Context, *kinesis.GetRecordsInput, ...func(*kinesis.Options)) (*kinesis.GetRecordsOutput, error)
+}
+
+var _ kinesisAPI = (*kinesis.Client)(nil)
+
+// errTrimmed reports that the requested position is no longer in the stream.
+var errTrimmed = errors.New("position older than the trim horizon")
+
+// shardReader reads one shard from a starting position, pacing GetRecords calls so that the
+// reconciler leaves most of the shard's read capacity to the event-source mapping: a shard
+// serves 5 GetRecords calls and 2 MB per second to all its polling consumers together (Kinesis
+// Data Streams quotas). The reader waits at least interval between calls, and after a call that
+// returned B bytes at least B/bytesPerSec, so a 10 MB page is not followed by another at once.
+type shardReader struct {
+	kin         kinesisAPI
+	stream      string
+	shardID     string
+	interval    time.Duration
+	bytesPerSec int64
+	limit       int32
+
+	iterator *string
+	nextAt   time.Time // earliest time of the next GetRecords call
+	ended    bool      // NextShardIterator was nil: the shard is closed and read to its end
+	calls    int       // GetRecords calls made
+}
+
+// open positions the reader: AT_SEQUENCE_NUMBER seq, or TRIM_HORIZON when seq is empty.
+func (r *shardReader) open(ctx context.Context, seq string) error {
+	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(r.stream), ShardId: aws.String(r.shardID)}
+	if seq == "" {
+		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
+	} else {
+		in.ShardIteratorType = types.ShardIteratorTypeAtSequenceNumber
+		in.StartingSequenceNumber = aws.String(seq)
+	}
+	out, err := r.kin.GetShardIterator(ctx, in)
+	if err != nil {
+		if seq != "" && positionGone(err) {
+			return fmt.Errorf("%w: shard %s at %s: %v", errTrimmed, r.shardID, seq, err)
+		}
+		return fmt.Errorf("reconcile: GetShardIterator %s %s: %w", r.shardID, in.ShardIteratorType, err)
+	}
+	r.iterator = out.ShardIterator
+	r.ended = r.iterator == nil
+	return nil
+}
+
+// positionGone reports whether GetShardIterator refused a sequence number because the stream no
+// longer holds it. Kinesis answers InvalidArgumentException for a StartingSequenceNumber it
+// cannot serve (as handled in harlow/kinesis-consumer#175); kinesis-mock (kinesis-local) answers
+// ResourceNotFoundException "Unable to find record with provided SequenceNumber" for a sequence
+// number it does not hold. A ResourceNotFoundException for a missing stream or shard is not this.
+func positionGone(err error) bool {
+	var inval *types.InvalidArgumentException
+	if errors.As(err, &inval) {
+		return true
+	}
+	var nf *types.ResourceNotFoundException
+	return errors.As(err, &nf) && strings.Contains(nf.ErrorMessage(), "Unable to find record")
+}
+
+// next returns the next page of records. caughtUp is true when the page is empty and the reader
+// is at the tip of an open shard (MillisBehindLatest 0) or at the end of a closed one (ended).
+func (r *shardReader) next(ctx context.Context) (recs []types.Record, caughtUp bool, err error) {
+	if r.ended || r.iterator == nil {
+		return nil, true, nil
+	}
+	if wait := time.Until(r.nextAt); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false, ctx.Err()
+		case <-t.C:
+		}
+	}
+	start := time.Now()
+	r.calls++
+	in := &kinesis.GetRecordsInput{ShardIterator: r.iterator}
+	if r.limit > 0 {
+		in.Limit = aws.Int32(r.limit)
+	}
+	out, err := r.kin.GetRecords(ctx, in)
+	if err != nil {
+		return nil, false, fmt.Errorf("reconcile: GetRecords %s: %w", r.shardID, err)
+	}
+	var bytes int64
+	for _, rec := range out.Records {
+		bytes += int64(len(rec.Data)) + int64(len(aws.ToString(rec.PartitionKey)))
+	}
+	pause := r.interval
+	if r.bytesPerSec > 0 {
+		if d := time.Duration(bytes * int64(time.Second) / r.bytesPerSec); d > pause {
+			pause = d
+		}
+	}
+	r.nextAt = start.Add(pause)
+	r.iterator = out.NextShardIterator
+	if r.iterator == nil {
+		r.ended = true
+	}
+	behind := aws.ToInt64(out.MillisBehindLatest)
+	return out.Records, len(out.Records) == 0 && (behind == 0 || r.ended), nil
+}

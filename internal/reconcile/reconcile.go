@@ -1,0 +1,678 @@
+// Package reconcile proves, record by record, that everything behind the checkpoint mirror was
+// done, and replays whatever was not through the same batch pipeline the consumer uses.
+//
+// A scheduled pass (Run) walks every shard of the stream, parents before children, from the
+// verified watermark up to the checkpoint mirror, looking only at records older than the settle
+// window, so that batches still in flight in another lane of the event-source mapping are not
+// taken for gaps. A closed shard is walked to its end once the mapping has moved on to its
+// children (a descendant has a checkpoint). Each page of records goes through the pipeline,
+// which skips what the ledger already holds and processes the rest under the same attempt and
+// parking rules; the watermark then advances (conditionally, monotonically) to the last record
+// below which everything is accounted for. Failure-queue messages from the mapping name exact
+// ranges; ReplayRange re-reads those.
+//
+// The watermark never passes a record that is not processed, parked or counted lost: a crash
+// or a timeout at any point leaves work for the next run, never a silent skip. docs/reconciler.md
+// explains the rules and their costs.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/kpl"
+	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/recordid"
+	"github.com/gapless-dev/gapless/internal/seqnum"
+)
+
+// Source is the pipeline source name of replays made by the reconciler.
+const Source = pipeline.SourceReconciler
+
+// Checkpoints is what the reconciler needs from the checkpoint mirror (*checkpoint.Store).
+type Checkpoints interface {
+	List(ctx context.Context, group, stream string) ([]checkpoint.State, error)
+	AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (checkpoint.Result, error)
+	AddCounters(ctx context.Context, shard recordid.Shard, c checkpoint.Counters) error
+	MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error
+	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
+}
+
+var _ Checkpoints = (*checkpoint.Store)(nil)
+
+// Replayer runs a batch through the pipeline (skipping what the ledger holds); *pipeline.Pipeline.
+type Replayer interface {
+	Run(ctx context.Context, b pipeline.Batch) (pipeline.Result, error)
+}
+
+var _ Replayer = (*pipeline.Pipeline)(nil)
+
+// Config tunes a Reconciler.
+type Config struct {
+	Group  string
+	Stream string
+	// SettleAfter: records younger than this are left alone (they may be in flight). See
+	// config.MinSettle for the shortest safe value for a mapping.
+	SettleAfter time.Duration
+	// ReadInterval is the least time between two GetRecords calls on one shard (default 1s:
+	// the reconciler takes at most one of the shard's five reads per second).
+	ReadInterval time.Duration
+	// ReadBytesPerSecond paces reads by size (default 1 MiB/s, half of a shard's 2 MB/s read
+	// throughput): after a page of B bytes the next call waits at least B/ReadBytesPerSecond.
+	ReadBytesPerSecond int64
+	// PageLimit is GetRecords' Limit (default 10,000, the Kinesis maximum).
+	PageLimit int32
+	// DeadlineMargin: stop starting pages when less than this remains before ctx's deadline
+	// (default 5s).
+	DeadlineMargin time.Duration
+	// MaxRunTime bounds a run whose ctx has no deadline (default 4 minutes).
+	MaxRunTime time.Duration
+}
+
+// Option configures optional dependencies.
+type Option func(*Reconciler)
+
+// WithClock injects the clock used for the settle window and lag (tests).
+func WithClock(now func() time.Time) Option { return func(r *Reconciler) { r.now = now } }
+
+// WithLogger sets the slog logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(r *Reconciler) { r.log = l } }
+
+// Progress is reported after every page a reconciler replays (for the CLI's stderr).
+type Progress struct {
+	ShardID         string
+	LastSeq         string // last sequence number of the page
+	RecordsVerified int    // so far on this shard in this call
+	GapsReplayed    int    // so far on this shard in this call
+}
+
+// WithProgress calls fn after every page (from the goroutine running Run or ReplayRange).
+func WithProgress(fn func(Progress)) Option { return func(r *Reconciler) { r.progress = fn } }
+
+// Reconciler verifies one stream for one consumer group. It is safe for concurrent use, and
+// several Reconcilers (or Lambda invocations) may work on one stream at once: the ledger keeps
+// them from losing records and the conditional watermark keeps it monotonic (concurrent replays
+// of one gap can process it twice: see docs/reconciler.md).
+type Reconciler struct {
+	kin      kinesisAPI
+	cps      Checkpoints
+	replay   Replayer
+	cfg      Config
+	now      func() time.Time
+	log      *slog.Logger
+	progress func(Progress)
+}
+
+// ErrConfig is wrapped by New for unusable configurations.
+var ErrConfig = errors.New("reconcile: invalid config")
+
+// New returns a Reconciler reading through kin (*kinesis.Client), keeping state in cps
+// (*checkpoint.Store) and replaying through replay (*pipeline.Pipeline).
+func New(kin kinesisAPI, cps Checkpoints, replay Replayer, cfg Config, opts ...Option) (*Reconciler, error) {
+	if kin == nil || cps == nil || replay == nil {
+		return nil, fmt.Errorf("%w: Kinesis client, checkpoint store and replayer are all required", ErrConfig)
+	}
+	if err := (recordid.Shard{Group: cfg.Group, Stream: cfg.Stream, ShardID: "s"}).Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if cfg.SettleAfter < 0 {
+		return nil, fmt.Errorf("%w: SettleAfter %s is negative", ErrConfig, cfg.SettleAfter)
+	}
+	cfg = cfg.withDefaults()
+	r := &Reconciler{kin: kin, cps: cps, replay: replay, cfg: cfg, now: time.Now, log: slog.Default()}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.ReadInterval <= 0 {
+		c.ReadInterval = time.Second
+	}
+	if c.ReadBytesPerSecond <= 0 {
+		c.ReadBytesPerSecond = 1 << 20
+	}
+	if c.PageLimit <= 0 || c.PageLimit > 10000 {
+		c.PageLimit = 10000
+	}
+	if c.DeadlineMargin <= 0 {
+		c.DeadlineMargin = 5 * time.Second
+	}
+	if c.MaxRunTime <= 0 {
+		c.MaxRunTime = 4 * time.Minute
+	}
+	return c
+}
+
+// ShardReport is what one run did on one shard.
+type ShardReport struct {
+	ShardID   string
+	Parents   []string
+	Watermark string // after the run
+	// Complete: the shard reached its bound this run (its checkpoint; for a closed shard whose
+	// children the mapping has started, its end).
+	Complete bool
+	// End: the shard is closed and verified to its last record (its children may be verified).
+	End bool
+	// Deferred: not verified this run (time budget spent, or parents not yet verified).
+	Deferred        bool
+	RecordsVerified int // user records proven accounted for this run
+	GapsDetected    int // records found absent from the ledger
+	GapsReplayed    int // of those, processed by this run
+	Parked          int // of those, parked by this run
+	StillFailing    int // of those, failed again (retried by a later run)
+	LostSpans       int // spans that expired from the stream before they were verified
+	// OldestUnverified is the arrival time of the oldest record behind the checkpoint known not
+	// to be verified after this run (zero if none is known).
+	OldestUnverified time.Time
+	GetRecordsCalls  int
+}
+
+// Report sums a run.
+type Report struct {
+	Shards                                                            []ShardReport
+	RecordsVerified, GapsDetected, GapsReplayed, Parked, StillFailing int
+	LostToRetention                                                   int // lost spans
+	GetRecordsCalls                                                   int
+	// VerifiedLag is the age of the oldest record known not to be verified (0 when caught up).
+	VerifiedLag time.Duration
+}
+
+func (rep *Report) add(s ShardReport, now time.Time) {
+	rep.Shards = append(rep.Shards, s)
+	rep.RecordsVerified += s.RecordsVerified
+	rep.GapsDetected += s.GapsDetected
+	rep.GapsReplayed += s.GapsReplayed
+	rep.Parked += s.Parked
+	rep.StillFailing += s.StillFailing
+	rep.LostToRetention += s.LostSpans
+	rep.GetRecordsCalls += s.GetRecordsCalls
+	if !s.OldestUnverified.IsZero() {
+		if lag := now.Sub(s.OldestUnverified); lag > rep.VerifiedLag {
+			rep.VerifiedLag = lag
+		}
+	}
+}
+
+type shardInfo struct {
+	id        string
+	parents   []string
+	endingSeq string // set when the shard is closed
+}
+
+// Run makes one scheduled pass over every shard of the stream still in retention. Work is
+// bounded by ctx's deadline (minus DeadlineMargin) or MaxRunTime; what is left waits for the
+// next run. The error is non-nil only when the pass could not start or a shard failed (a store
+// or stream error); the report is valid either way.
+func (r *Reconciler) Run(ctx context.Context) (Report, error) {
+	ctx, cancel := r.budget(ctx)
+	defer cancel()
+	var rep Report
+	shards, err := listShards(ctx, r.kin, r.cfg.Stream)
+	if err != nil {
+		return rep, err
+	}
+	states, err := r.cps.List(ctx, r.cfg.Group, r.cfg.Stream)
+	if err != nil {
+		return rep, fmt.Errorf("reconcile: list checkpoints: %w", err)
+	}
+	byShard := make(map[string]checkpoint.State, len(states))
+	for _, s := range states {
+		byShard[s.Shard.ShardID] = s
+	}
+	inStream := make(map[string]bool, len(shards))
+	for _, s := range shards {
+		inStream[s.id] = true
+	}
+	drained := drainedShards(shards, byShard)
+	// Parents before children: a child is verified only once each parent still in the stream
+	// is closed and verified to its end, as the mapping drains parents first.
+	done := map[string]bool{}
+	var errs []error
+	for _, sh := range lineageOrder(shards) {
+		st := byShard[sh.id]
+		st.Shard = r.shard(sh.id)
+		ready := ctx.Err() == nil
+		for _, p := range sh.parents {
+			if inStream[p] && !done[p] {
+				ready = false
+			}
+		}
+		if !ready {
+			rep.add(ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true}, r.now())
+			continue
+		}
+		if len(sh.parents) > 0 && len(st.Parents) == 0 && st.Checkpoint != "" {
+			if err := r.cps.SetLineage(ctx, st.Shard, sh.parents); err != nil {
+				r.log.WarnContext(ctx, "recording lineage failed", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
+			}
+		}
+		sr, err := r.verifyShard(ctx, sh, st, drained[sh.id])
+		rep.add(sr, r.now())
+		if err != nil {
+			r.log.ErrorContext(ctx, "verifying shard failed; it is retried next run", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
+			errs = append(errs, err)
+			continue
+		}
+		done[sh.id] = sr.End
+	}
+	return rep, errors.Join(errs...)
+}
+
+func (r *Reconciler) budget(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-r.cfg.DeadlineMargin))
+	}
+	return context.WithTimeout(ctx, r.cfg.MaxRunTime)
+}
+
+func (r *Reconciler) shard(id string) recordid.Shard {
+	return recordid.Shard{Group: r.cfg.Group, Stream: r.cfg.Stream, ShardID: id}
+}
+
+func (r *Reconciler) reader(shardID string) *shardReader {
+	return &shardReader{kin: r.kin, stream: r.cfg.Stream, shardID: shardID, interval: r.cfg.ReadInterval,
+		bytesPerSec: r.cfg.ReadBytesPerSecond, limit: r.cfg.PageLimit}
+}
+
+// listShards returns every shard of the stream still in retention, open and closed.
+func listShards(ctx context.Context, kin kinesisAPI, stream string) ([]shardInfo, error) {
+	var out []shardInfo
+	in := &kinesis.ListShardsInput{StreamName: aws.String(stream)}
+	for {
+		page, err := kin.ListShards(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: ListShards %s: %w", stream, err)
+		}
+		for _, s := range page.Shards {
+			info := shardInfo{id: aws.ToString(s.ShardId)}
+			for _, p := range []*string{s.ParentShardId, s.AdjacentParentShardId} {
+				if aws.ToString(p) != "" {
+					info.parents = append(info.parents, aws.ToString(p))
+				}
+			}
+			if s.SequenceNumberRange != nil {
+				info.endingSeq = aws.ToString(s.SequenceNumberRange.EndingSequenceNumber)
+			}
+			out = append(out, info)
+		}
+		if page.NextToken == nil {
+			return out, nil
+		}
+		// NextToken carries the stream: ListShards rejects StreamName alongside it.
+		in = &kinesis.ListShardsInput{NextToken: page.NextToken}
+	}
+}
+
+// drainedShards reports, per closed shard, whether the mapping has moved past it: some
+// descendant has a checkpoint. Lambda reads a child only after its parents are read to their
+// end, so from then on the closed shard's whole content is behind the consumer.
+func drainedShards(shards []shardInfo, states map[string]checkpoint.State) map[string]bool {
+	children := map[string][]string{}
+	for _, s := range shards {
+		for _, p := range s.parents {
+			children[p] = append(children[p], s.id)
+		}
+	}
+	memo := map[string]bool{}
+	var visit func(id string, depth int) bool
+	visit = func(id string, depth int) bool {
+		if v, ok := memo[id]; ok || depth > len(shards) {
+			return v
+		}
+		d := false
+		for _, c := range children[id] {
+			if states[c].Checkpoint != "" || visit(c, depth+1) {
+				d = true
+				break
+			}
+		}
+		memo[id] = d
+		return d
+	}
+	out := make(map[string]bool, len(shards))
+	for _, s := range shards {
+		out[s.id] = visit(s.id, 0)
+	}
+	return out
+}
+
+// lineageOrder sorts shards so that every parent comes before its children.
+func lineageOrder(shards []shardInfo) []shardInfo {
+	byID := make(map[string]shardInfo, len(shards))
+	for _, s := range shards {
+		byID[s.id] = s
+	}
+	sorted := append([]shardInfo(nil), shards...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].id < sorted[j].id })
+	var out []shardInfo
+	seen := map[string]bool{}
+	var visit func(s shardInfo)
+	visit = func(s shardInfo) {
+		if seen[s.id] {
+			return
+		}
+		seen[s.id] = true
+		for _, p := range s.parents {
+			if ps, ok := byID[p]; ok {
+				visit(ps)
+			}
+		}
+		out = append(out, s)
+	}
+	for _, s := range sorted {
+		visit(s)
+	}
+	return out
+}
+
+// lostSpan is a span of a shard that expired before it was verified: from (exclusive, the old
+// watermark) to the first record still held (exclusive; "" while unknown).
+type lostSpan struct {
+	from, to  string
+	toArrival time.Time
+}
+
+// stopReason says why a page was cut.
+type stopReason int
+
+const (
+	notStopped  stopReason = iota
+	beyondBound            // the next record is past the checkpoint
+	unsettled              // the next record is younger than the settle window
+)
+
+// verifyShard walks one shard from its watermark to its bound.
+func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoint.State, drained bool) (rep ShardReport, _ error) {
+	rep = ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark}
+	closed := sh.endingSeq != ""
+	upper := st.Checkpoint
+	switch {
+	case closed && st.Closed:
+		rep.Complete, rep.End = true, true
+		return rep, nil
+	case closed && drained:
+		upper = "" // the mapping has moved on to the children: the whole shard must be accounted for
+	case upper == "":
+		rep.Complete = true // nothing consumed yet: nothing is behind a checkpoint
+		return rep, nil
+	case st.Watermark != "" && seqnum.Compare(st.Watermark, upper) >= 0:
+		rep.Complete = true
+		return rep, nil
+	}
+	shard := r.shard(sh.id)
+	rd := r.reader(sh.id)
+	defer func() { rep.GetRecordsCalls = rd.calls }()
+	var counters checkpoint.Counters
+	defer r.addCounters(ctx, shard, &counters)
+
+	start := st.Watermark
+	var lost *lostSpan
+	err := rd.open(ctx, start)
+	if errors.Is(err, errTrimmed) {
+		lost = &lostSpan{from: start}
+		err = rd.open(ctx, "")
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			rep.Deferred = true
+			return rep, nil
+		}
+		return rep, err
+	}
+	expectFirst := start != "" && lost == nil // reading AT the watermark: its record comes first
+	cutoff := r.now().Add(-r.cfg.SettleAfter)
+	var lastVerifiedArrival time.Time
+	for {
+		if ctx.Err() != nil {
+			rep.Deferred = true
+			rep.OldestUnverified = lastVerifiedArrival // the next record arrived at or after it
+			return rep, nil
+		}
+		recs, caughtUp, err := rd.next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				rep.Deferred = true
+				rep.OldestUnverified = lastVerifiedArrival
+				return rep, nil
+			}
+			return rep, err
+		}
+		if expectFirst && len(recs) > 0 {
+			expectFirst = false
+			if aws.ToString(recs[0].SequenceNumber) == start {
+				recs = recs[1:]
+			} else {
+				// The watermark's own record is gone: the span after it expired unseen.
+				lost = &lostSpan{from: start}
+			}
+		}
+		if lost != nil && lost.to == "" && len(recs) > 0 {
+			lost.to, lost.toArrival = aws.ToString(recs[0].SequenceNumber), aws.ToTime(recs[0].ApproximateArrivalTimestamp)
+		}
+		page, stop := r.cut(recs, upper, !closed, cutoff, &rep)
+		if len(page) > 0 {
+			verifiedTo, failedSeq, err := r.replayPage(ctx, shard, page, &rep, &counters)
+			if verifiedTo != "" {
+				advanced := r.advance(ctx, shard, verifiedTo, &rep)
+				if lost != nil && seqnum.Compare(verifiedTo, lost.to) >= 0 {
+					if advanced {
+						r.lost(ctx, &rep, &counters, *lost)
+					} // else another reconciler moved the watermark past the span and reported it
+					lost = nil
+				}
+				lastVerifiedArrival = arrivalOf(page, verifiedTo)
+			}
+			if err != nil {
+				return rep, err
+			}
+			if failedSeq != "" {
+				rep.OldestUnverified = arrivalOf(page, failedSeq)
+				rep.Deferred = ctx.Err() != nil // cut short by the budget, not by a failure
+				return rep, nil                 // a record still fails: the watermark waits for it
+			}
+			r.report(sh.id, page, &rep)
+		}
+		switch {
+		case stop == beyondBound:
+			// Everything up to the checkpoint is accounted for. A span lost after the old
+			// watermark with nothing held up to the checkpoint is all of (watermark, checkpoint].
+			rep.Complete = true
+			if lost != nil {
+				r.settleLost(ctx, shard, &rep, &counters, lost, upper)
+			}
+			return rep, nil
+		case stop == unsettled:
+			if lost != nil {
+				r.log.WarnContext(ctx, "the trim horizon passed the verified watermark; the span is reported once the record after it is verified",
+					"group", r.cfg.Group, "shard_id", sh.id, "lost_after_sequence_number", lost.from, "first_sequence_number_held", lost.to)
+			}
+			return rep, nil
+		case closed && (rd.ended || caughtUp):
+			// A closed shard read to its end: all its records are accounted for.
+			// Its ending sequence number bounds all its records (kinesis-local reports a smaller
+			// placeholder; the conditional advance then leaves the watermark where it is).
+			if lost != nil {
+				r.settleLost(ctx, shard, &rep, &counters, lost, sh.endingSeq)
+			} else {
+				r.advance(ctx, shard, sh.endingSeq, &rep)
+			}
+			if err := r.cps.MarkClosed(ctx, shard, sh.endingSeq); err != nil {
+				return rep, fmt.Errorf("reconcile: mark %s closed: %w", sh.id, err)
+			}
+			rep.Complete, rep.End = true, true
+			return rep, nil
+		case caughtUp || rd.ended: // ended: closed since ListShards; the next run sees it closed
+			rep.Complete = true
+			if lost != nil && upper != "" {
+				r.settleLost(ctx, shard, &rep, &counters, lost, upper)
+			}
+			return rep, nil
+		}
+	}
+}
+
+// cut returns the leading records of recs that are within upper ("" = no bound) and older than
+// cutoff, and why it stopped before the end of recs. open says the shard is open: a page ending
+// on upper then ends the walk (a closed shard is read on to find its end).
+func (r *Reconciler) cut(recs []types.Record, upper string, open bool, cutoff time.Time, rep *ShardReport) ([]types.Record, stopReason) {
+	for i, rec := range recs {
+		if upper != "" && seqnum.Compare(aws.ToString(rec.SequenceNumber), upper) > 0 {
+			return recs[:i], beyondBound
+		}
+		if rec.ApproximateArrivalTimestamp != nil && rec.ApproximateArrivalTimestamp.After(cutoff) {
+			rep.OldestUnverified = *rec.ApproximateArrivalTimestamp
+			return recs[:i], unsettled
+		}
+	}
+	if n := len(recs); n > 0 && open && upper != "" && aws.ToString(recs[n-1].SequenceNumber) == upper {
+		return recs, beyondBound // the page ends on the checkpoint: no need to read on
+	}
+	return recs, notStopped
+}
+
+// settleLost reports a lost span none of whose successors up to bound is held: every record
+// of the shard up to bound expired unseen, so the watermark moves to bound and the span is
+// counted, once (only the reconciler whose advance wins counts it).
+func (r *Reconciler) settleLost(ctx context.Context, shard recordid.Shard, rep *ShardReport, c *checkpoint.Counters, lost *lostSpan, bound string) {
+	if rep.Watermark != "" && seqnum.Compare(bound, rep.Watermark) <= 0 {
+		r.lost(ctx, rep, c, *lost) // nothing to advance (a closed shard, marked closed next)
+		return
+	}
+	res, err := r.cps.AdvanceWatermark(ctx, shard, bound)
+	if err != nil {
+		r.log.WarnContext(ctx, "advancing the verified watermark past an expired span failed; it is retried next run",
+			"group", shard.Group, "shard_id", shard.ShardID, "sequence_number", bound, "error", err)
+		return
+	}
+	if res.Advanced {
+		rep.Watermark = bound
+		r.lost(ctx, rep, c, *lost)
+	}
+}
+
+func arrivalOf(page []types.Record, seq string) time.Time {
+	for _, rec := range page {
+		if aws.ToString(rec.SequenceNumber) == seq {
+			return aws.ToTime(rec.ApproximateArrivalTimestamp)
+		}
+	}
+	return time.Time{}
+}
+
+func (r *Reconciler) report(shardID string, page []types.Record, rep *ShardReport) {
+	if r.progress != nil {
+		r.progress(Progress{ShardID: shardID, LastSeq: aws.ToString(page[len(page)-1].SequenceNumber),
+			RecordsVerified: rep.RecordsVerified, GapsReplayed: rep.GapsReplayed})
+	}
+}
+
+func (r *Reconciler) addCounters(ctx context.Context, shard recordid.Shard, c *checkpoint.Counters) {
+	if *c == (checkpoint.Counters{}) {
+		return
+	}
+	if err := r.cps.AddCounters(context.WithoutCancel(ctx), shard, *c); err != nil {
+		r.log.WarnContext(ctx, "adding reconciler counters failed", "group", shard.Group, "shard_id", shard.ShardID, "error", err)
+	}
+}
+
+// replayPage sends one page of Kinesis records through the pipeline. It returns the highest
+// sequence number below which every record of the page is accounted for ("" if none) and the
+// lowest sequence number still failing ("" if none).
+func (r *Reconciler) replayPage(ctx context.Context, shard recordid.Shard, page []types.Record, rep *ShardReport, c *checkpoint.Counters) (verifiedTo, failedSeq string, err error) {
+	batch := pipeline.Batch{Shard: shard, Records: UserRecords(shard.ShardID, page), Source: Source}
+	res, err := r.replay.Run(ctx, batch)
+	if err != nil {
+		return "", "", fmt.Errorf("reconcile: replay %s %s..%s: %w", shard.ShardID, aws.ToString(page[0].SequenceNumber), aws.ToString(page[len(page)-1].SequenceNumber), err)
+	}
+	gaps := res.Processed + res.Parked + res.Failed
+	rep.GapsDetected += gaps
+	rep.GapsReplayed += res.Processed
+	rep.Parked += res.Parked
+	rep.StillFailing += res.Failed
+	c.GapsDetected += int64(gaps)
+	c.GapsReplayed += int64(res.Processed)
+	c.Parked += int64(res.Parked)
+	if gaps > 0 {
+		r.log.WarnContext(ctx, "gaps behind the checkpoint", "group", shard.Group, "shard_id", shard.ShardID,
+			"gaps", gaps, "replayed", res.Processed, "parked", res.Parked, "still_failing", res.Failed,
+			"sequence_number", aws.ToString(page[0].SequenceNumber), "last_sequence_number", aws.ToString(page[len(page)-1].SequenceNumber))
+	}
+	if res.LowestFailedSeq == "" {
+		rep.RecordsVerified += len(batch.Records)
+		return aws.ToString(page[len(page)-1].SequenceNumber), "", nil
+	}
+	for _, rec := range page {
+		seq := aws.ToString(rec.SequenceNumber)
+		if seqnum.Compare(seq, res.LowestFailedSeq) >= 0 {
+			break
+		}
+		verifiedTo = seq
+	}
+	for _, u := range batch.Records {
+		if seqnum.Compare(u.ID.Seq, res.LowestFailedSeq) < 0 {
+			rep.RecordsVerified++
+		}
+	}
+	return verifiedTo, res.LowestFailedSeq, nil
+}
+
+// advance moves the watermark and reports whether this call moved it.
+func (r *Reconciler) advance(ctx context.Context, shard recordid.Shard, seq string, rep *ShardReport) bool {
+	res, err := r.cps.AdvanceWatermark(ctx, shard, seq)
+	if err != nil {
+		// Not fatal: the next run re-verifies from the old watermark (the ledger skips what was done).
+		r.log.WarnContext(ctx, "advancing the verified watermark failed", "group", shard.Group, "shard_id", shard.ShardID, "sequence_number", seq, "error", err)
+		return false
+	}
+	if res.Advanced || rep.Watermark == "" || seqnum.Compare(seq, rep.Watermark) > 0 {
+		rep.Watermark = seq // the stored watermark is at or past seq either way
+	}
+	return res.Advanced
+}
+
+// lost counts and logs a span that expired from the stream before it was verified.
+func (r *Reconciler) lost(ctx context.Context, rep *ShardReport, c *checkpoint.Counters, s lostSpan) {
+	rep.LostSpans++
+	c.LostToRetention++
+	attrs := []any{"group", r.cfg.Group, "stream", r.cfg.Stream, "shard_id", rep.ShardID,
+		"lost_after_sequence_number", s.from, "first_sequence_number_held", s.to, "metric", "LostToRetention"}
+	if !s.toArrival.IsZero() {
+		attrs = append(attrs, "first_held_arrival", s.toArrival.UTC().Format(time.RFC3339))
+	}
+	r.log.ErrorContext(ctx, "records expired from the stream before they were verified: any record after the old watermark and before the first record still held is lost", attrs...)
+}
+
+// UserRecords turns Kinesis records into pipeline records, de-aggregating KPL aggregates the
+// same way the consumer does (sub-index = position in the aggregate; a corrupt aggregate is one
+// record carrying DecodeErr).
+func UserRecords(shardID string, recs []types.Record) []pipeline.Record {
+	out := make([]pipeline.Record, 0, len(recs))
+	for _, rec := range recs {
+		seq := aws.ToString(rec.SequenceNumber)
+		arrival := aws.ToTime(rec.ApproximateArrivalTimestamp)
+		pk := aws.ToString(rec.PartitionKey)
+		users, err := kpl.Deaggregate(rec.Data)
+		switch {
+		case errors.Is(err, kpl.ErrNotAggregated):
+			out = append(out, pipeline.Record{ID: recordid.ID{ShardID: shardID, Seq: seq}, PartitionKey: pk, Data: rec.Data, ArrivalTime: arrival})
+		case err != nil:
+			out = append(out, pipeline.Record{ID: recordid.ID{ShardID: shardID, Seq: seq}, PartitionKey: pk, Data: rec.Data, ArrivalTime: arrival, DecodeErr: err})
+		default:
+			for i, u := range users {
+				out = append(out, pipeline.Record{ID: recordid.ID{ShardID: shardID, Seq: seq, Sub: uint32(i)}, PartitionKey: u.PartitionKey, Data: u.Data, ArrivalTime: arrival})
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,127 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/gapless-dev/gapless/internal/park"
+	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
+	"github.com/gapless-dev/gapless/internal/recordid"
+)
+
+// fakeQueue is a parked queue: each message is received once per session (as if its
+// visibility timeout outlasted the session). TEST-ONLY.
+type fakeQueue struct {
+	mu       sync.Mutex
+	bodies   []string
+	received int
+	deleted  []string
+	released []string
+}
+
+func (q *fakeQueue) ReceiveMessage(_ context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out sqs.ReceiveMessageOutput
+	for ; q.received < len(q.bodies) && len(out.Messages) < int(in.MaxNumberOfMessages); q.received++ {
+		h := "h" + string(rune('a'+q.received))
+		out.Messages = append(out.Messages, sqstypes.Message{MessageId: aws.String("m" + h), ReceiptHandle: aws.String(h), Body: aws.String(q.bodies[q.received])})
+	}
+	return &out, nil
+}
+
+func (q *fakeQueue) DeleteMessage(_ context.Context, in *sqs.DeleteMessageInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.deleted = append(q.deleted, aws.ToString(in.ReceiptHandle))
+	return &sqs.DeleteMessageOutput{}, nil
+}
+
+func (q *fakeQueue) ChangeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.released = append(q.released, aws.ToString(in.ReceiptHandle))
+	return &sqs.ChangeMessageVisibilityOutput{}, nil
+}
+
+func parkedBody(t *testing.T, group string, i int, data []byte, byRef bool) string {
+	t.Helper()
+	id := recordid.ID{ShardID: "shardId-0", Seq: fakeSeq(i)}
+	sum := sha256.Sum256(data)
+	m := park.Message{Version: park.Version, RecordID: id.String(), Group: group, Stream: ustream, ShardID: id.ShardID, Seq: id.Seq,
+		PartitionKey: "k", Attempts: 2, LastError: "boom", Source: pipeline.SourceConsumer, ParkedAt: time.Now().Add(-time.Hour),
+		Data: data, DataBytes: len(data), DataSHA256: hex.EncodeToString(sum[:]), ByRef: byRef}
+	if byRef {
+		m.Data = nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestRedriveOutcomes(t *testing.T) {
+	sh := (&memShard{id: "shardId-0"}).addRecords(0, 6, time.Now(), key3)
+	q := &fakeQueue{bodies: []string{
+		parkedBody(t, ugroup, 0, []byte("zero"), false),     // ha: processed
+		"not a parked message",                              // hb: invalid
+		parkedBody(t, "other-group", 1, []byte("x"), false), // hc: skipped
+		parkedBody(t, ugroup, 2, sh.recs[2].Data, true),     // hd: by reference, re-read: processed
+		parkedBody(t, ugroup, 3, []byte("tampered"), true),  // he: by reference, checksum differs: left
+		parkedBody(t, ugroup, 4, []byte("four"), false),     // hf: ledger write fails: left
+	}}
+	ledger := &pipelinetest.Ledger{}
+	rec := newRecorder()
+	ledger.Fail = func(op string) error {
+		if op == "record" && slices.ContainsFunc(rec.delivered(), func(id recordid.ID) bool { return id.Seq == fakeSeq(4) }) {
+			return errBoom
+		}
+		return nil
+	}
+	p, err := pipeline.New(NewRedriveLedger(ledger), &pipelinetest.Checkpoint{}, &pipelinetest.Parker{}, rec.process, pipeline.Config{MaxRecordAttempts: 2, MaxConcurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []RedriveEvent
+	d, err := NewRedriver(q, "https://sqs/parked", newMemKinesis(sh), p, RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 2, Backoff: time.Millisecond},
+		WithRedriveLogger(discard()), WithRedriveProgress(func(ev RedriveEvent) { events = append(events, ev) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := d.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RedriveReport{Received: 6, Processed: 2, Left: 2, Skipped: 1, Invalid: 1}
+	if rep != want {
+		t.Errorf("report %+v, want %+v", rep, want)
+	}
+	var outcomes []Outcome
+	for _, ev := range events {
+		outcomes = append(outcomes, ev.Outcome)
+	}
+	if !slices.Equal(outcomes, []Outcome{OutcomeProcessed, OutcomeInvalid, OutcomeSkipped, OutcomeProcessed, OutcomeLeft, OutcomeLeft}) {
+		t.Errorf("outcomes %v", outcomes)
+	}
+	if !slices.Equal(q.deleted, []string{"ha", "hd"}) {
+		t.Errorf("deleted %v, want only the processed messages", q.deleted)
+	}
+	if !slices.Equal(q.released, []string{"hb", "hc", "he", "hf"}) {
+		t.Errorf("made visible again %v, want every message left in the queue", q.released)
+	}
+	if got := rec.counts()[recordid.ID{ShardID: sh.id, Seq: fakeSeq(2)}]; got != 1 {
+		t.Errorf("by-reference record processed %d times", got)
+	}
+}
