@@ -5,7 +5,7 @@ GOTESTFLAGS ?= -race -count=1 -timeout 30m
 PKGS      ?= ./...
 BIN       := bin
 
-.PHONY: all tools up down test test-dynalite test-moto lint vet fmt-check clean gapless
+.PHONY: all tools up down invoke test test-dynalite test-moto lint vet fmt-check clean gapless
 
 all: lint test
 include mk/sam.mk
@@ -48,3 +48,34 @@ vet:
 
 clean:
 	rm -rf $(BIN) .local .aws-sam
+
+## bench: bare vs record-level idempotency vs gapless on the local stack (docs/benchmarks.md);
+## BENCH_FLAGS=--quick for a ~1-minute run
+.PHONY: bench bench-go
+BENCH_FLAGS ?=
+bench: tools gapless
+	$(BIN)/gapless bench $(BENCH_FLAGS)
+
+## bench-go: the hot-path testing.B benchmarks, -count=6, into $(BENCH_GO_OUT) for benchstat
+BENCH_GO_OUT   ?= docs/benchmarks-go.txt
+BENCH_GO_FLAGS ?= -count=6 -benchtime=200ms -benchmem
+bench-go:
+	{ $(GO) test -run '^$$' -bench . $(BENCH_GO_FLAGS) ./internal/seqnum ./internal/kpl ./internal/pipeline ./internal/bench/hotpath && \
+	  $(GO) test -run '^$$' -bench 'Set|InMemory' $(BENCH_GO_FLAGS) ./internal/dedupe; } > $(BENCH_GO_OUT)
+	@echo "wrote $(BENCH_GO_OUT) (compare runs with: benchstat old.txt $(BENCH_GO_OUT))"
+
+## demo: the seed's load test with every fault on, the mapping alone vs. gapless, side by side
+## (report in reports/demo-<timestamp>/). Flags: make demo DEMO_FLAGS="--seed 7 --json"; soak:
+## make demo DEMO_FLAGS="--duration 10m". `bin/gapless demo --help` lists them all.
+DEMO_FLAGS ?=
+.PHONY: demo
+demo: tools gapless
+	$(BIN)/gapless demo $(DEMO_FLAGS)
+
+## invoke: run a function once under aws-lambda-rie with an events/ fixture against the local
+## stack (the local `sam local invoke`); starts the stack when none is up.
+FUNCTION ?= ConsumerFunction
+EVENT    ?= events/kinesis-clean.json
+invoke: tools gapless
+	@test -f .local/stack.env || $(BIN)/gapless up
+	$(BIN)/gapless invoke $(FUNCTION) -e $(EVENT)
