@@ -207,6 +207,9 @@ func start(ctx context.Context, opts Options, svc Service) (*Process, error) {
 			"CREATE_STREAM_DURATION=50ms", "DELETE_STREAM_DURATION=50ms",
 			"SPLIT_SHARD_DURATION=50ms", "MERGE_SHARDS_DURATION=50ms", "UPDATE_SHARD_COUNT_DURATION=50ms",
 			"LOG_LEVEL=WARN",
+			// One shared stack serves every test package at once (make test): the default limit
+			// of 50 open shards across streams is reached within seconds.
+			"SHARD_LIMIT=100000", "ON_DEMAND_STREAM_COUNT_LIMIT=1000",
 		)
 	case DynamoDB:
 		cmd = exec.Command("node", filepath.Join(nm, "dynalite", "cli.js"), "--host", "127.0.0.1", "--port", strconv.Itoa(port))

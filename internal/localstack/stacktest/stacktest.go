@@ -147,9 +147,16 @@ func Stream(tb testing.TB, shards int32) (name, arn string) {
 	name = Name(tb, "stream")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	arn, err := schema.EnsureStream(ctx, Kinesis(tb), name, shards)
+	client := Kinesis(tb)
+	arn, err := schema.EnsureStream(ctx, client, name, shards)
 	if err != nil {
 		tb.Fatalf("stacktest: %v", err)
 	}
+	// Free the stream's shards for the other packages sharing the stack.
+	tb.Cleanup(func() {
+		_, _ = client.DeleteStream(context.Background(), &kinesis.DeleteStreamInput{
+			StreamName: aws.String(name), EnforceConsumerDeletion: aws.Bool(true),
+		})
+	})
 	return name, arn
 }
