@@ -1,7 +1,7 @@
 // Command consumer is the Lambda function behind the Kinesis event-source mapping
 // (FunctionResponseTypes: ReportBatchItemFailures). It only wires: typed configuration from the
-// environment (a bad variable fails the cold start, naming it), AWS clients, the stores, the
-// batch pipeline with the default business logic (package process), and lambda.Start.
+// environment (a bad variable fails the cold start, naming it), the shared parts (internal/wire:
+// clients, stores, pipeline around package process), the handler, and lambda.Start.
 package main
 
 import (
@@ -11,18 +11,10 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/consumer"
-	"github.com/gapless-dev/gapless/internal/dedupe"
-	"github.com/gapless-dev/gapless/internal/metrics"
-	"github.com/gapless-dev/gapless/internal/park"
-	"github.com/gapless-dev/gapless/internal/pipeline"
-	"github.com/gapless-dev/gapless/process"
+	"github.com/gapless-dev/gapless/internal/wire"
 )
 
 func main() {
@@ -40,27 +32,10 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*con
 	if err != nil {
 		return nil, err
 	}
-	logger := consumer.NewLogger(out, consumer.ParseLevel(getenv("AWS_LAMBDA_LOG_LEVEL")))
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load AWS configuration: %w", err)
-	}
-	ddb, sqsClient := dynamodb.NewFromConfig(awsCfg), sqs.NewFromConfig(awsCfg)
-	ledger := pipeline.DedupeLedger{L: dedupe.New(ddb, cfg.DedupeTable, dedupe.WithTTL(cfg.LedgerTTL), dedupe.WithLogger(logger))}
-	p, err := pipeline.New(
-		ledger,
-		pipeline.CheckpointStore{S: checkpoint.New(ddb, cfg.CheckpointTable)},
-		park.New(sqsClient, cfg.ParkedQueueURL),
-		process.New(sqsClient, cfg.TargetQueueURL),
-		pipeline.Config{
-			MaxRecordAttempts: cfg.MaxRecordAttempts, MaxConcurrency: cfg.MaxConcurrency,
-			DeadlineMargin: cfg.DeadlineMargin, DedupeKey: cfg.DedupeKey, LogPayloads: cfg.LogPayloads,
-		},
-		pipeline.WithLogger(logger), pipeline.WithClaimer(ledger),
-	)
+	parts, err := wire.Build(ctx, cfg.Common, cfg.DeadlineMargin, getenv, out)
 	if err != nil {
 		return nil, err
 	}
-	emf := metrics.New(out, metrics.Namespace, []metrics.Dimension{{Name: metrics.DimensionGroup, Value: cfg.Group}})
-	return consumer.NewHandler(p, cfg.Group, logger, consumer.WithMetrics(emf), consumer.WithLogPayloads(cfg.LogPayloads)), nil
+	return consumer.NewHandler(parts.Pipeline, cfg.Group, parts.Logger,
+		consumer.WithMetrics(parts.Metrics), consumer.WithLogPayloads(cfg.LogPayloads)), nil
 }

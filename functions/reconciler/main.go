@@ -2,8 +2,8 @@
 // skipped: an EventBridge schedule starts a pass over every shard, and the event-source
 // mapping's on-failure SQS queue (FunctionResponseTypes: ReportBatchItemFailures) names ranges
 // to replay. It only wires: typed configuration from the environment (a bad variable fails the
-// cold start, naming it), AWS clients, the stores, the batch pipeline with the same business
-// logic as the consumer (package process), and lambda.Start.
+// cold start, naming it), the shared parts (internal/wire: clients, stores, the pipeline with
+// the same business logic as the consumer), the reconciler, and lambda.Start.
 package main
 
 import (
@@ -13,20 +13,11 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/config"
-	"github.com/gapless-dev/gapless/internal/consumer"
-	"github.com/gapless-dev/gapless/internal/dedupe"
-	"github.com/gapless-dev/gapless/internal/metrics"
-	"github.com/gapless-dev/gapless/internal/park"
-	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
-	"github.com/gapless-dev/gapless/process"
+	"github.com/gapless-dev/gapless/internal/wire"
 )
 
 func main() {
@@ -44,34 +35,15 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*rec
 	if err != nil {
 		return nil, err
 	}
-	logger := consumer.NewLogger(out, consumer.ParseLevel(getenv("AWS_LAMBDA_LOG_LEVEL")))
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load AWS configuration: %w", err)
-	}
-	ddb, sqsClient := dynamodb.NewFromConfig(awsCfg), sqs.NewFromConfig(awsCfg)
-	cps := checkpoint.New(ddb, cfg.CheckpointTable)
-	ledger := pipeline.DedupeLedger{L: dedupe.New(ddb, cfg.DedupeTable, dedupe.WithTTL(cfg.LedgerTTL), dedupe.WithLogger(logger))}
-	p, err := pipeline.New(
-		ledger,
-		pipeline.CheckpointStore{S: cps},
-		park.New(sqsClient, cfg.ParkedQueueURL),
-		process.New(sqsClient, cfg.TargetQueueURL),
-		pipeline.Config{
-			MaxRecordAttempts: cfg.MaxRecordAttempts, MaxConcurrency: cfg.MaxConcurrency,
-			DeadlineMargin: config.DefaultDeadlineMargin, DedupeKey: cfg.DedupeKey, LogPayloads: cfg.LogPayloads,
-		},
-		pipeline.WithLogger(logger), pipeline.WithClaimer(ledger),
-	)
+	parts, err := wire.Build(ctx, cfg.Common, config.DefaultDeadlineMargin, getenv, out)
 	if err != nil {
 		return nil, err
 	}
-	r, err := reconcile.New(kinesis.NewFromConfig(awsCfg), cps, p,
+	r, err := reconcile.New(kinesis.NewFromConfig(parts.AWS), parts.Checkpoints, parts.Pipeline,
 		reconcile.Config{Group: cfg.Group, Stream: cfg.StreamName, SettleAfter: cfg.SettleAfter},
-		reconcile.WithLogger(logger))
+		reconcile.WithLogger(parts.Logger))
 	if err != nil {
 		return nil, err
 	}
-	emf := metrics.New(out, metrics.Namespace, []metrics.Dimension{{Name: metrics.DimensionGroup, Value: cfg.Group}})
-	return reconcile.NewHandler(r, emf, logger), nil
+	return reconcile.NewHandler(r, parts.Metrics, parts.Logger), nil
 }
