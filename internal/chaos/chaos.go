@@ -175,10 +175,10 @@ func (c Config) String() string {
 
 // Stats counts the faults one Chaos injected.
 type Stats struct {
-	Poison    int64
-	Transient int64
-	Panics    int64
-	Slow      int64
+	Poison    int64 `json:"poison"`
+	Transient int64 `json:"transient"`
+	Panics    int64 `json:"panics"`
+	Slow      int64 `json:"slow"`
 }
 
 // Total is the sum of every kind.

@@ -1,0 +1,76 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// progress is the display on stderr: phase lines, and a status line rewritten in place on a
+// terminal (printed every 5 seconds otherwise, so logs of CI runs stay readable).
+type progress struct {
+	mu        sync.Mutex
+	w         io.Writer
+	tty       bool
+	pending   bool // a status line is on screen without its newline
+	lastPrint time.Time
+}
+
+func newProgress(w io.Writer) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progress{w: w, tty: tty}
+}
+
+func (p *progress) endLine() {
+	if p.pending {
+		fmt.Fprintln(p.w)
+		p.pending = false
+	}
+}
+
+func (p *progress) phase(who, msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endLine()
+	fmt.Fprintf(p.w, "== %s: %s\n", who, msg)
+}
+
+func (p *progress) status(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		const width = 160
+		if len(line) > width {
+			line = line[:width]
+		}
+		fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", max(0, width-len(line))))
+		p.pending = true
+		return
+	}
+	if time.Since(p.lastPrint) >= 5*time.Second {
+		fmt.Fprintln(p.w, line)
+		p.lastPrint = time.Now()
+	}
+}
+
+func (p *progress) done(who string, r *VariantResult) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endLine()
+	fmt.Fprintf(p.w, "== %s: produced %d, delivered %d unique (+%d duplicates), parked %d, lost %d in %.0fs\n",
+		who, r.Produced, r.DeliveredUnique, r.Duplicates, r.Parked, r.Lost, r.Seconds)
+}
+
+func (p *progress) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endLine()
+}
