@@ -7,8 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/gapless-dev/gapless/internal/dedupe"
-	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 )
 
@@ -53,7 +51,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	log := cliLogger(stderr)
-	dl := pipeline.DedupeLedger{L: dedupe.New(c.ddb, o.dedupeTable, dedupe.WithLogger(log))}
+	dl := o.newLedger(c, log)
 	p, err := buildPipeline(ctx, c, o, reconcile.NewRedriveLedger(dl), dl, log)
 	if err != nil {
 		return err

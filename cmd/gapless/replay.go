@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
-	"github.com/gapless-dev/gapless/internal/dedupe"
-	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 )
 
@@ -60,7 +58,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log := cliLogger(stderr)
-	ledger := pipeline.DedupeLedger{L: dedupe.New(c.ddb, o.dedupeTable, dedupe.WithLogger(log))}
+	ledger := o.newLedger(c, log)
 	p, err := buildPipeline(ctx, c, o, ledger, ledger, log)
 	if err != nil {
 		return err

@@ -44,6 +44,7 @@ type opsOptions struct {
 	parkedQueue, targetQueue                    string
 	maxAttempts                                 int
 	dedupeKey                                   string
+	ledgerTTL                                   time.Duration
 	state                                       string
 	useAWS                                      bool
 	jsonOut                                     bool
@@ -68,6 +69,11 @@ func opsFlags(name string, stderr io.Writer, queues bool) (*flag.FlagSet, *opsOp
 		}
 		fs.IntVar(&o.maxAttempts, "max-attempts", attempts, "failures before a record is parked (default $"+config.EnvMaxRecordAttempts+" or 5)")
 		fs.StringVar(&o.dedupeKey, "dedupe-key", os.Getenv(config.EnvDedupeKey), "business-key JSON field, as the consumer's (default $"+config.EnvDedupeKey+", empty = off)")
+		ttl := config.DefaultLedgerTTL
+		if v, err := time.ParseDuration(os.Getenv(config.EnvLedgerTTL)); err == nil && v > 0 {
+			ttl = v
+		}
+		fs.DurationVar(&o.ledgerTTL, "ledger-ttl", ttl, "lifetime of the ledger entries a replay writes, as the functions' (default $"+config.EnvLedgerTTL+" or 192h)")
 	}
 	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
 	fs.BoolVar(&o.useAWS, "aws", false, "use AWS (or AWS_ENDPOINT_URL_*) even when a local stack.env exists")
@@ -175,6 +181,16 @@ func cliLogger(stderr io.Writer) *slog.Logger {
 }
 
 // buildPipeline is the consumer's pipeline for replays: same stores, same default Process.
+// newLedger is the ledger as the functions build it: entries written by the CLI live as long as
+// theirs (LEDGER_TTL), so the reconciler does not replay them again after a shorter expiry.
+func (o *opsOptions) newLedger(c opsClients, log *slog.Logger) pipeline.DedupeLedger {
+	opts := []dedupe.Option{dedupe.WithLogger(log)}
+	if o.ledgerTTL > 0 {
+		opts = append(opts, dedupe.WithTTL(o.ledgerTTL))
+	}
+	return pipeline.DedupeLedger{L: dedupe.New(c.ddb, o.dedupeTable, opts...)}
+}
+
 func buildPipeline(ctx context.Context, c opsClients, o *opsOptions, ledger pipeline.Ledger, claimer pipeline.Claimer, log *slog.Logger) (*pipeline.Pipeline, error) {
 	parked, err := c.queueURL(ctx, o.parkedQueue)
 	if err != nil {
@@ -214,7 +230,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	ledger := pipeline.DedupeLedger{L: dedupe.New(c.ddb, o.dedupeTable, dedupe.WithLogger(cliLogger(stderr)))}
+	ledger := o.newLedger(c, cliLogger(stderr))
 	st, err := reconcile.Status(ctx, c.kin, checkpoint.New(c.ddb, o.checkpointTable), ledger,
 		reconcile.StatusConfig{Group: o.group, Stream: o.stream, SettleAfter: *settle, MaxRecords: *maxRecords})
 	if err != nil {
