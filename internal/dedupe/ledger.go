@@ -103,6 +103,7 @@ type dynamoAPI interface {
 	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
 	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
 var _ dynamoAPI = (*dynamodb.Client)(nil)
@@ -189,6 +190,9 @@ type Entry struct {
 	Failed []recordid.ID
 	// Source is SourceConsumer, SourceReconciler or SourceRedrive.
 	Source string
+	// Nonce, when set, is the nonce of the invocation's in-flight Marker: the entry completes
+	// it. Empty: a random nonce.
+	Nonce string
 }
 
 // entrySets are an Entry's sets, validated, sorted and unique.
@@ -268,7 +272,12 @@ func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) erro
 		return fmt.Errorf("dedupe: record %s %s..%s: %w", shard, e.First, e.Last, err)
 	}
 	pk := partitionKey(shard)
-	nonce := l.nonce()
+	nonce := e.Nonce
+	if nonce == "" {
+		nonce = l.nonce()
+	} else if !validNonce(nonce) {
+		return fmt.Errorf("dedupe: record %s %s..%s: %w: nonce %q", shard, e.First, e.Last, ErrInvalid, nonce)
+	}
 	expires := strconv.FormatInt(l.now().Add(l.ttl).Unix(), 10)
 
 	whole := l.item(pk, nonce, 0, e.First, e.Last, e.Source, expires, sets)

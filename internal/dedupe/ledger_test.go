@@ -480,6 +480,10 @@ func (f fakeDynamo) Query(_ context.Context, in *dynamodb.QueryInput, _ ...func(
 	return f.query(in)
 }
 
+func (f fakeDynamo) DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	return nil, errUnexpected
+}
+
 func (f fakeDynamo) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	if f.get == nil {
 		return nil, errUnexpected

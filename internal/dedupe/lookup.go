@@ -24,6 +24,7 @@ type Stats struct {
 	Corrupt int // items ignored because they did not decode (logged)
 	Bytes   int // DynamoDB size of all items returned
 	IDs     int // distinct done ids in the range
+	Markers int // live in-flight markers read (see Marker)
 }
 
 // Range is what the ledger knows about the records of one shard between two sequence numbers
@@ -36,6 +37,7 @@ type Range struct {
 	parked      []key // sorted, unique
 	byRef       []key // sorted, unique
 	failed      []key // sorted, one element per entry listing the id
+	markers     []MarkerState
 	stats       Stats
 }
 
@@ -135,12 +137,15 @@ type rangeBuilder struct {
 	lists   [4][]rawID // done, parked, byRef, failed
 	entries [4]int     // entries that contributed to each list (sorting needed when > 1)
 	stats   Stats
+	markers []MarkerState
+	nonces  map[string]bool // nonces of the entries read
 }
 
 var listAttrs = [4]string{attrIDs, attrParked, attrParkedRef, attrFailed}
 
 // add decodes one item; on error nothing of it is kept.
 func (b *rangeBuilder) add(it map[string]types.AttributeValue, now int64) error {
+	entriesBefore := b.stats.Entries
 	if v, ok := it[schema.TTLAttribute]; ok {
 		n, ok := v.(*types.AttributeValueMemberN)
 		if !ok {
@@ -154,6 +159,23 @@ func (b *rangeBuilder) add(it map[string]types.AttributeValue, now int64) error 
 			b.stats.Expired++
 			return nil
 		}
+	}
+	switch kind, nonce := parseSortKey(stringAttr(it, schema.SortKey)); kind {
+	case kindMarker:
+		if err := b.addMarker(it, nonce); err != nil {
+			return err
+		}
+		b.stats.Markers++
+		return nil
+	case kindEntry:
+		if b.nonces == nil {
+			b.nonces = map[string]bool{}
+		}
+		defer func() {
+			if b.stats.Entries > entriesBefore {
+				b.nonces[nonce] = true
+			}
+		}()
 	}
 	bufLen := len(b.buf)
 	var lens [4]int
@@ -210,8 +232,15 @@ func (b *rangeBuilder) build(shardID, first, last string) *Range {
 		}
 		out[i] = keys
 	}
+	for i := range b.markers {
+		m := &b.markers[i]
+		m.Completed = b.nonces[m.Nonce]
+		for j := range m.IDs {
+			m.IDs[j].ShardID = shardID
+		}
+	}
 	r := &Range{shardID: shardID, first: first, last: last,
-		done: out[0], parked: out[1], byRef: out[2], failed: out[3], stats: b.stats}
+		done: out[0], parked: out[1], byRef: out[2], failed: out[3], markers: b.markers, stats: b.stats}
 	r.stats.IDs = len(r.done)
 	return r
 }

@@ -30,12 +30,15 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +66,30 @@ var (
 	// ErrKeyBlocked is the failure of records not started because an earlier record of the same
 	// partition key failed in this batch.
 	ErrKeyBlocked = errors.New("pipeline: not started, an earlier record of its partition key failed")
+	// ErrAbandoned is the failure of a record whose Process had not returned when the deadline
+	// margin was reached: Run stopped waiting for it and counted a failed attempt.
+	ErrAbandoned = errors.New("pipeline: process did not return before the deadline")
+	// ErrInFlight is the failure of records not started because another live invocation's
+	// in-flight marker holds them (or an earlier record of their partition key).
+	ErrInFlight = errors.New("pipeline: not started, held in flight by another invocation")
+	// ErrIsolating is the failure of records not started because earlier invocations died on
+	// this batch and only a prefix of it runs until the culprit is found.
+	ErrIsolating = errors.New("pipeline: not started, isolating a record that killed earlier invocations")
+	// ErrDied is the last error of a record parked because the invocations that ran it died
+	// (crash, kill, timeout): its message is what the parked message carries.
+	ErrDied = errors.New("invocation died: timeout/crash")
+)
+
+// In-flight marker timing.
+const (
+	// DeadGrace is added to a marker's deadline before it counts as dead: clock skew between
+	// the invocation that wrote it and the one reading it.
+	DeadGrace = 2 * time.Second
+	// NoDeadlineHold is the deadline of a marker written by a Run whose context has none (the
+	// CLI's replay and redrive): dead after this long without an entry.
+	NoDeadlineHold = 15 * time.Minute
+	// releaseTimeout bounds the best-effort delete of a marker no entry will complete.
+	releaseTimeout = 2 * time.Second
 )
 
 // Sources of a batch, written to the ledger and to parked messages.
@@ -117,6 +144,41 @@ type Entry struct {
 	ParkedByRef []recordid.ID // subset of Parked parked without payload
 	Failed      []recordid.ID // failed attempts in this run (each listing is one attempt), parked ones included
 	Source      string
+	Nonce       string // the run's marker nonce: the entry completes the marker (empty: none)
+}
+
+// Marker is an invocation's in-flight marker: written before Process runs (in parallel with the
+// Lookup), naming the exact records it is about to work on and its deadline. The entry of the
+// same Nonce completes it; a marker past Deadline (plus DeadGrace) without one is a dead
+// invocation.
+type Marker struct {
+	Nonce       string
+	First, Last string        // the batch's range
+	IDs         []recordid.ID // sorted
+	Started     time.Time
+	Deadline    time.Time
+	Source      string
+}
+
+// MarkerState is a marker found by a Lookup.
+type MarkerState struct {
+	Marker         // IDs: only those inside the looked-up range
+	Size      int  // number of ids the marker names in all
+	Completed bool // an entry of the same nonce exists
+}
+
+// Marking is implemented by ledgers that keep in-flight markers (DedupeLedger,
+// pipelinetest.Ledger). A Ledger without it runs without markers: crashes are then not counted.
+type Marking interface {
+	// Mark writes m; a second Mark of the same nonce replaces it.
+	Mark(ctx context.Context, shard recordid.Shard, m Marker) error
+	// Unmark deletes m (nothing when absent).
+	Unmark(ctx context.Context, shard recordid.Shard, m Marker) error
+}
+
+// MarkerView is implemented by the Views of a Marking ledger: the markers overlapping the range.
+type MarkerView interface {
+	Markers() []MarkerState
 }
 
 // Ledger is the part of the ledger (internal/dedupe) the pipeline uses.
@@ -269,6 +331,16 @@ type Result struct {
 	CheckpointWriteFailures int
 	// LedgerWritten: the run's entry was stored (false when there was nothing to record).
 	LedgerWritten bool
+
+	// In-flight markers (see the package comment).
+	InFlightSkipped     int // the part of Failed held by another live invocation's marker
+	Isolated            int // the part of Failed beyond the isolation window
+	Abandoned           int // the part of Failed (or Parked) whose Process did not return in time
+	DeadParked          int // the part of Parked parked for deaths without running
+	IsolationWindow     int // records run while isolating (0: not isolating)
+	DeadMarkers         int // dead markers of other invocations seen on the batch
+	LiveMarkers         int // live markers of other invocations seen on the batch
+	MarkerWriteFailures int // marker writes that failed (a crash would then go uncounted)
 }
 
 type status uint8
@@ -282,12 +354,27 @@ const (
 	statusFailed
 )
 
+// Why a record is not started (plan.kind).
+type planKind uint8
+
+const (
+	planRun      planKind = iota // run through Process (in the window)
+	planSkip                     // done per the ledger
+	planHeld                     // another invocation's live marker holds it (or an earlier record of its key)
+	planIsolated                 // beyond the isolation window
+	planDead                     // proven killer: park without running
+)
+
 type outcome struct {
 	status    status
 	attempted bool
 	byRef     bool
 	parkErr   bool
 	deadline  bool
+	abandoned bool
+	held      bool
+	isolated  bool
+	died      bool // parked for dead attempts
 	attempts  int
 	err       error
 }
@@ -304,9 +391,41 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	}
 	log := p.log.With("group", b.Shard.Group, "stream", b.Shard.Stream, "shard_id", b.Shard.ShardID, "source", b.Source)
 	first, last := b.Records[0].ID.Seq, b.Records[len(b.Records)-1].ID.Seq
+
+	// The marker goes out in parallel with the lookup: no sequential round trip is added.
+	mk := &markerRun{p: p, shard: b.Shard, log: log}
+	mk.marking, _ = p.ledger.(Marking)
+	started := p.now()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = started.Add(NoDeadlineHold)
+	}
+	mine := Marker{Nonce: newNonce(), First: first, Last: last, IDs: batchIDs(&b), Started: started, Deadline: deadline, Source: b.Source}
+	mk.mine = mine
+	var markWG sync.WaitGroup
+	if mk.marking != nil {
+		markWG.Go(func() { mk.write(ctx, mine) })
+	}
 	view, err := p.ledger.Lookup(ctx, b.Shard, first, last)
+	markWG.Wait()
+	if mk.failed {
+		res.MarkerWriteFailures++
+	}
 	if err != nil {
+		mk.release(ctx)
 		return res, fmt.Errorf("%w: lookup %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
+	}
+
+	pl := p.plan(&b, view, mine)
+	res.IsolationWindow, res.DeadMarkers, res.LiveMarkers = pl.window, pl.dead, pl.live
+	if pl.narrow != nil {
+		// Isolating or racing: the marker must name exactly what this run will attempt, or a
+		// death would blame records it never ran. One more round trip, only on this path.
+		mk.narrow(ctx, pl.narrow, &res)
+	}
+	if pl.window > 0 {
+		log.WarnContext(ctx, "isolating records that died with earlier invocations: running only a prefix of the batch",
+			"dead_attempts", pl.headDeaths, "window", pl.window, "runnable", pl.runnable, "sequence_number", pl.headSeq)
 	}
 
 	outcomes := make([]outcome, len(b.Records))
@@ -314,8 +433,15 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	var lanes [][]int
 	for i := range b.Records {
 		r := &b.Records[i]
-		if view.Done(r.ID) {
+		switch pl.kinds[i] {
+		case planSkip:
 			outcomes[i].status = statusSkipped
+			continue
+		case planHeld:
+			outcomes[i] = outcome{status: statusFailed, held: true, err: ErrInFlight}
+			continue
+		case planIsolated:
+			outcomes[i] = outcome{status: statusFailed, isolated: true, err: ErrIsolating}
 			continue
 		}
 		k, ok := keys[r.PartitionKey]
@@ -330,8 +456,12 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	if len(lanes) > 0 {
 		procCtx, cancel := p.processContext(ctx)
 		defer cancel()
-		run := &batchRun{p: p, b: &b, view: view, outcomes: outcomes, log: log}
-		work := make(chan []int)
+		run := &batchRun{p: p, b: &b, view: view, plan: pl, outcomes: outcomes, log: log, running: map[int]bool{}}
+		work := make(chan []int, len(lanes))
+		for _, lane := range lanes { // lanes in order of their first record: oldest work first
+			work <- lane
+		}
+		close(work)
 		var wg sync.WaitGroup
 		for range min(p.cfg.MaxConcurrency, len(lanes)) {
 			wg.Go(func() {
@@ -340,18 +470,18 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 				}
 			})
 		}
-		for _, lane := range lanes { // lanes in order of their first record: oldest work first
-			work <- lane
-		}
-		close(work)
-		wg.Wait()
+		run.wait(ctx, &wg)
 	}
 
 	entry := p.tally(&b, outcomes, &res)
-	if len(entry.Done)+len(entry.Failed) > 0 {
+	if len(entry.Done)+len(entry.Failed) == 0 {
+		mk.release(ctx) // nothing to record: retire the marker so it never reads as a death
+	} else {
+		entry.Nonce = mine.Nonce // completes the marker
 		if err := p.ledger.Record(ctx, b.Shard, entry); err != nil {
 			log.ErrorContext(ctx, "ledger write failed: the whole batch will be retried",
 				"sequence_number", first, "last_sequence_number", last, "error", err)
+			mk.release(ctx)
 			return res, fmt.Errorf("%w: record %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
 		}
 		res.LedgerWritten = true
@@ -362,6 +492,187 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	return res, nil
 }
 
+func batchIDs(b *Batch) []recordid.ID {
+	ids := make([]recordid.ID, len(b.Records))
+	for i := range b.Records {
+		ids[i] = b.Records[i].ID
+	}
+	return ids
+}
+
+// markerRun is one Run's marker: written, maybe narrowed, released when no entry completes it.
+type markerRun struct {
+	p       *Pipeline
+	marking Marking
+	shard   recordid.Shard
+	mine    Marker
+	log     *slog.Logger
+	failed  bool // a Mark call failed (the marker may or may not exist)
+	gone    bool // released, or never written
+}
+
+func (m *markerRun) write(ctx context.Context, mk Marker) {
+	if err := m.marking.Mark(ctx, m.shard, mk); err != nil {
+		m.failed = true
+		m.log.WarnContext(ctx, "in-flight marker not written: a crash of this invocation would not be counted",
+			"sequence_number", mk.First, "last_sequence_number", mk.Last, "error", err)
+	}
+}
+
+func (m *markerRun) narrow(ctx context.Context, ids []recordid.ID, res *Result) {
+	if m.marking == nil {
+		return
+	}
+	if len(ids) == 0 {
+		m.release(ctx)
+		return
+	}
+	mk := m.mine
+	mk.IDs = ids
+	m.failed = false
+	m.write(ctx, mk)
+	if m.failed {
+		res.MarkerWriteFailures++
+	}
+}
+
+// release deletes the marker, best effort, on a path that writes no entry with its nonce.
+func (m *markerRun) release(ctx context.Context) {
+	if m.marking == nil || m.gone {
+		return
+	}
+	m.gone = true
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := m.marking.Unmark(ctx, m.shard, m.mine); err != nil {
+		m.log.WarnContext(ctx, "in-flight marker not released: it will read as one dead attempt of its records",
+			"sequence_number", m.mine.First, "last_sequence_number", m.mine.Last, "error", err)
+	}
+}
+
+// plan is what the ledger's markers decide before anything runs.
+type plan struct {
+	kinds      []planKind
+	deaths     []int // dead markers naming the record
+	solo       []int // the part of deaths whose marker named only this record
+	narrow     []recordid.ID
+	window     int // isolation window (0: not isolating)
+	runnable   int
+	headDeaths int
+	headSeq    string
+	dead, live int // foreign markers seen (not completed)
+}
+
+// plan classifies the batch's records (see the package comment, "In-flight markers").
+func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
+	n := len(b.Records)
+	pl := &plan{kinds: make([]planKind, n), deaths: make([]int, n), solo: make([]int, n)}
+	held := make([]bool, n)
+	if mv, ok := view.(MarkerView); ok {
+		now := p.now()
+		for _, m := range mv.Markers() {
+			if m.Nonce == mine.Nonce || m.Completed {
+				continue
+			}
+			dead := !now.Before(m.Deadline.Add(DeadGrace))
+			if dead {
+				pl.dead++
+			} else {
+				pl.live++
+				if !earlier(m.Marker, mine) {
+					continue // it started after us: it yields to us, not we to it
+				}
+			}
+			for _, id := range m.IDs {
+				i, ok := slices.BinarySearchFunc(b.Records, id, func(r Record, id recordid.ID) int { return recordid.Compare(r.ID, id) })
+				if !ok {
+					continue
+				}
+				if dead {
+					pl.deaths[i]++
+					if m.Size == 1 {
+						pl.solo[i]++
+					}
+				} else {
+					held[i] = true
+				}
+			}
+		}
+	}
+	heldKeys := map[string]bool{}
+	var runnable []int
+	for i := range b.Records {
+		r := &b.Records[i]
+		switch {
+		case view.Done(r.ID):
+			pl.kinds[i] = planSkip
+		case held[i] || heldKeys[r.PartitionKey]:
+			pl.kinds[i] = planHeld
+			heldKeys[r.PartitionKey] = true
+		case pl.solo[i] > 0 && view.Attempts(r.ID)+pl.solo[i] >= p.cfg.MaxRecordAttempts:
+			pl.kinds[i] = planDead
+		default:
+			runnable = append(runnable, i)
+		}
+	}
+	pl.runnable = len(runnable)
+	isolated := false
+	if len(runnable) > 0 {
+		head := runnable[0]
+		pl.headDeaths, pl.headSeq = pl.deaths[head], b.Records[head].ID.Seq
+		if d := pl.headDeaths; d > 0 {
+			w := len(runnable)
+			if d < 31 {
+				w = (len(runnable) + 1<<d - 1) >> d // ceil(n / 2^d)
+			} else {
+				w = 1
+			}
+			pl.window = w
+			end := runnable[w-1]
+			for _, i := range runnable[w:] {
+				pl.kinds[i] = planIsolated
+				isolated = true
+			}
+			for i := end + 1; i < n; i++ {
+				if pl.kinds[i] == planDead {
+					pl.kinds[i] = planIsolated // parked in key order, once the window reaches it
+				}
+			}
+		}
+	}
+	anyHeld := false
+	for i := range n {
+		anyHeld = anyHeld || pl.kinds[i] == planHeld
+	}
+	if pl.window > 0 || isolated || anyHeld {
+		var ids []recordid.ID
+		for i := range n {
+			if pl.kinds[i] == planRun {
+				ids = append(ids, b.Records[i].ID)
+			}
+		}
+		if len(ids) < len(mine.IDs) {
+			pl.narrow = ids
+		}
+		if ids == nil {
+			pl.narrow = []recordid.ID{}
+		}
+	}
+	return pl
+}
+
+// earlier orders markers by start time, then nonce: of two live markers on one record, the
+// earlier one runs it and the other skips it.
+func earlier(a, b Marker) bool {
+	if !a.Started.Equal(b.Started) {
+		return a.Started.Before(b.Started)
+	}
+	return a.Nonce < b.Nonce
+}
+
+// attempts is id's failed attempts so far: recorded failures plus deaths it suffered alone.
+func (pl *plan) attempts(view View, i int, id recordid.ID) int { return view.Attempts(id) + pl.solo[i] }
+
 // processContext ends half a margin before ctx's deadline, leaving the rest for the writes.
 func (p *Pipeline) processContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && p.cfg.DeadlineMargin > 0 {
@@ -370,31 +681,114 @@ func (p *Pipeline) processContext(ctx context.Context) (context.Context, context
 	return context.WithCancel(ctx)
 }
 
-// batchRun is the shared state of one Run's workers. Each record index is written by exactly
-// one worker (its partition key's lane), so outcomes needs no lock.
+// batchRun is the shared state of one Run's workers. Workers hand each record's outcome over
+// under mu; once Run has given up waiting (abandoned), late outcomes are dropped, so a Process
+// still running can never write into what Run tallies.
 type batchRun struct {
 	p        *Pipeline
 	b        *Batch
 	view     View
+	plan     *plan
 	outcomes []outcome
 	log      *slog.Logger
 	stopped  atomic.Bool // the deadline was reached: start nothing more
+
+	mu        sync.Mutex
+	abandoned bool
+	running   map[int]bool // records whose Process (or parking) is under way
+}
+
+// wait waits for the workers, but not past a quarter margin before ctx's deadline: a Process
+// that ignores its context must not turn into a function timeout that loses the whole batch.
+func (r *batchRun) wait(ctx context.Context, wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		<-done
+		return
+	}
+	t := time.NewTimer(max(dl.Sub(r.p.now())-r.p.cfg.DeadlineMargin/4, 0))
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	r.mu.Lock()
+	r.abandoned = true
+	running := r.running
+	r.running = nil
+	r.mu.Unlock()
+	for i := range r.outcomes {
+		o := &r.outcomes[i]
+		if o.status != statusPending {
+			continue
+		}
+		if !running[i] {
+			*o = outcome{status: statusFailed, err: ErrDeadline, deadline: true}
+			continue
+		}
+		rec := &r.b.Records[i]
+		*o = outcome{abandoned: true, attempted: true, err: ErrAbandoned, attempts: r.plan.attempts(r.view, i, rec.ID) + 1}
+		recordLogger(r.log, rec).ErrorContext(ctx, "process did not return before the deadline: counted as a failed attempt and abandoned",
+			"attempts", o.attempts, "max_attempts", r.p.cfg.MaxRecordAttempts)
+		r.finishFailed(ctx, rec, o)
+	}
+}
+
+// begin marks record i as running; false when Run has abandoned the batch.
+func (r *batchRun) begin(i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.abandoned {
+		return false
+	}
+	r.running[i] = true
+	return true
+}
+
+// hand stores record i's outcome; false when Run has abandoned the batch (the outcome is dropped).
+func (r *batchRun) hand(i int, o outcome) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.abandoned {
+		return false
+	}
+	delete(r.running, i)
+	r.outcomes[i] = o
+	return true
 }
 
 func (r *batchRun) lane(ctx, procCtx context.Context, lane []int) {
 	blocked := false
 	for _, i := range lane {
-		o := &r.outcomes[i]
+		var o outcome
+		ran := false
 		switch {
 		case blocked:
 			o.status, o.err = statusFailed, ErrKeyBlocked
-			continue
+		case r.plan.kinds[i] == planDead:
+			if !r.begin(i) {
+				return
+			}
+			r.parkDead(ctx, &r.b.Records[i], i, &o)
+			ran = true
 		case r.deadlineNear(ctx):
 			o.status, o.err, o.deadline = statusFailed, ErrDeadline, true // sticky: the rest follow
-			continue
+		default:
+			if !r.begin(i) {
+				return
+			}
+			r.record(ctx, procCtx, &r.b.Records[i], i, &o)
+			ran = true
 		}
-		r.record(ctx, procCtx, &r.b.Records[i], o)
-		blocked = o.status == statusFailed
+		if !r.hand(i, o) {
+			return
+		}
+		if ran {
+			blocked = o.status == statusFailed
+		}
 	}
 }
 
@@ -412,8 +806,20 @@ func (r *batchRun) deadlineNear(ctx context.Context) bool {
 	return near
 }
 
+// parkDead parks a record whose attempts were used up by invocations that died running it.
+func (r *batchRun) parkDead(ctx context.Context, rec *Record, i int, o *outcome) {
+	o.attempted, o.died, o.err = false, true, ErrDied
+	o.attempts = r.plan.attempts(r.view, i, rec.ID)
+	recordLogger(r.log, rec).ErrorContext(ctx, "record killed the invocations that ran it: parking it without running it again",
+		"attempts", o.attempts, "dead_attempts", r.plan.deaths[i], "max_attempts", r.p.cfg.MaxRecordAttempts)
+	r.finishFailed(ctx, rec, o)
+	if o.status == statusFailed {
+		o.died = false
+	}
+}
+
 // record runs one record and sets its outcome.
-func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, o *outcome) {
+func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, i int, o *outcome) {
 	p := r.p
 	log := r.log // with the record's attributes, built only when a line is written
 	if r.log.Enabled(ctx, slog.LevelDebug) || rec.DecodeErr != nil {
@@ -445,9 +851,16 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, o *outcome)
 			return
 		}
 	}
-	log = recordLogger(r.log, rec)
 	o.attempted, o.err = true, err
-	o.attempts = r.view.Attempts(rec.ID) + 1
+	o.attempts = r.plan.attempts(r.view, i, rec.ID) + 1
+	r.finishFailed(ctx, rec, o)
+}
+
+// finishFailed logs a failed attempt and parks the record when its attempts are used up.
+func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
+	p := r.p
+	log := recordLogger(r.log, rec)
+	err := o.err
 	attrs := []any{"attempts", o.attempts, "max_attempts", p.cfg.MaxRecordAttempts, "error", err.Error()}
 	if p.cfg.LogPayloads {
 		attrs = append(attrs, "data", payloadForLog(rec.Data))
@@ -509,7 +922,14 @@ func (p *Pipeline) tally(b *Batch, outcomes []outcome, res *Result) Entry {
 			res.Parked++
 			e.Done = append(e.Done, id)
 			e.Parked = append(e.Parked, id)
-			e.Failed = append(e.Failed, id) // its last attempt failed too
+			if o.died {
+				res.DeadParked++ // its last attempt was a death, counted by the marker
+			} else {
+				e.Failed = append(e.Failed, id) // its last attempt failed too
+			}
+			if o.abandoned {
+				res.Abandoned++
+			}
 			if o.byRef {
 				res.ParkedByRef++
 				e.ParkedByRef = append(e.ParkedByRef, id)
@@ -525,6 +945,14 @@ func (p *Pipeline) tally(b *Batch, outcomes []outcome, res *Result) Entry {
 			}
 			if o.deadline {
 				res.DeadlineSkipped++
+			}
+			switch {
+			case o.held:
+				res.InFlightSkipped++
+			case o.isolated:
+				res.Isolated++
+			case o.abandoned:
+				res.Abandoned++
 			}
 			if o.parkErr {
 				res.ParkFailures++
@@ -631,4 +1059,10 @@ func payloadForLog(data []byte) string {
 		return string(data)
 	}
 	return "base64:" + base64.StdEncoding.EncodeToString(data)
+}
+
+func newNonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }

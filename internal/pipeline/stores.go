@@ -8,14 +8,31 @@ import (
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
-// DedupeLedger adapts the DynamoDB ledger (internal/dedupe) to Ledger and Claimer.
+// DedupeLedger adapts the DynamoDB ledger (internal/dedupe) to Ledger, Marking and Claimer.
 type DedupeLedger struct{ L *dedupe.Ledger }
 
 var (
-	_ Ledger  = DedupeLedger{}
-	_ Claimer = DedupeLedger{}
-	_ View    = (*dedupe.Range)(nil)
+	_ Ledger     = DedupeLedger{}
+	_ Marking    = DedupeLedger{}
+	_ Claimer    = DedupeLedger{}
+	_ View       = (*dedupe.Range)(nil)
+	_ MarkerView = dedupeView{}
 )
+
+// dedupeView is a *dedupe.Range (its Parked, Each, ... stay reachable) with Markers in the
+// pipeline's terms.
+type dedupeView struct{ *dedupe.Range }
+
+// Markers implements MarkerView.
+func (v dedupeView) Markers() []MarkerState {
+	ms := v.Range.Markers()
+	out := make([]MarkerState, len(ms))
+	for i, m := range ms {
+		out[i] = MarkerState{Marker: Marker{Nonce: m.Nonce, IDs: m.IDs, Started: m.Started, Deadline: m.Deadline, Source: m.Source},
+			Size: m.Size, Completed: m.Completed}
+	}
+	return out
+}
 
 // Lookup implements Ledger.
 func (d DedupeLedger) Lookup(ctx context.Context, shard recordid.Shard, first, last string) (View, error) {
@@ -23,15 +40,26 @@ func (d DedupeLedger) Lookup(ctx context.Context, shard recordid.Shard, first, l
 	if err != nil {
 		return nil, err // never a typed nil inside a non-nil View
 	}
-	return r, nil
+	return dedupeView{r}, nil
 }
 
 // Record implements Ledger.
 func (d DedupeLedger) Record(ctx context.Context, shard recordid.Shard, e Entry) error {
 	return d.L.Record(ctx, shard, dedupe.Entry{
 		First: e.First, Last: e.Last, Done: e.Done, Parked: e.Parked, ParkedByRef: e.ParkedByRef,
-		Failed: e.Failed, Source: e.Source,
+		Failed: e.Failed, Source: e.Source, Nonce: e.Nonce,
 	})
+}
+
+// Mark implements Marking.
+func (d DedupeLedger) Mark(ctx context.Context, shard recordid.Shard, m Marker) error {
+	return d.L.Mark(ctx, shard, dedupe.Marker{Nonce: m.Nonce, First: m.First, Last: m.Last, IDs: m.IDs,
+		Started: m.Started, Deadline: m.Deadline, Source: m.Source})
+}
+
+// Unmark implements Marking.
+func (d DedupeLedger) Unmark(ctx context.Context, shard recordid.Shard, m Marker) error {
+	return d.L.Unmark(ctx, shard, m.Last, m.Nonce)
 }
 
 // Claim implements Claimer.

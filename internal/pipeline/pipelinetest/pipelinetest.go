@@ -20,17 +20,25 @@ type Ledger struct {
 	mu      sync.Mutex
 	entries map[string][]pipeline.Entry // by shard state key
 	claims  map[string]recordid.ID      // group|key -> owner
+	markers map[string][]pipeline.Marker // by shard state key, in write order
 	Lookups int                         // calls, for tests of "one lookup per batch"
 	Records int
 	ClaimsN int
-	// Fail, when set, is called before each operation ("lookup", "record", "claim") and its
-	// error returned instead of doing it.
+	Marks   int // Mark calls
+	Unmarks int // Unmark calls
+	// Fail, when set, is called before each operation ("lookup", "record", "claim", "mark",
+	// "unmark") and its error returned instead of doing it.
 	Fail func(op string) error
+	// NoMarkers makes the ledger a plain pipeline.Ledger: Mark and Unmark do nothing and views
+	// hold no markers (a ledger from before in-flight markers).
+	NoMarkers bool
 }
 
 var (
-	_ pipeline.Ledger  = (*Ledger)(nil)
-	_ pipeline.Claimer = (*Ledger)(nil)
+	_ pipeline.Ledger     = (*Ledger)(nil)
+	_ pipeline.Marking    = (*Ledger)(nil)
+	_ pipeline.Claimer    = (*Ledger)(nil)
+	_ pipeline.MarkerView = (*View)(nil)
 )
 
 // View is the state of a range: done ids and attempt counts.
@@ -38,6 +46,61 @@ type View struct {
 	done     map[recordid.ID]bool
 	parked   map[recordid.ID]bool
 	attempts map[recordid.ID]int
+	markers  []pipeline.MarkerState
+}
+
+// Markers implements pipeline.MarkerView.
+func (v *View) Markers() []pipeline.MarkerState { return v.markers }
+
+// Mark implements pipeline.Marking: a marker of the same nonce is replaced.
+func (l *Ledger) Mark(_ context.Context, shard recordid.Shard, m pipeline.Marker) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Marks++
+	if err := l.fail("mark"); err != nil {
+		return err
+	}
+	if l.NoMarkers {
+		return nil
+	}
+	if l.markers == nil {
+		l.markers = map[string][]pipeline.Marker{}
+	}
+	m.IDs = append([]recordid.ID(nil), m.IDs...)
+	ms := l.markers[shard.String()]
+	for i := range ms {
+		if ms[i].Nonce == m.Nonce {
+			ms[i] = m
+			return nil
+		}
+	}
+	l.markers[shard.String()] = append(ms, m)
+	return nil
+}
+
+// Unmark implements pipeline.Marking.
+func (l *Ledger) Unmark(_ context.Context, shard recordid.Shard, m pipeline.Marker) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Unmarks++
+	if err := l.fail("unmark"); err != nil {
+		return err
+	}
+	ms := l.markers[shard.String()]
+	for i := range ms {
+		if ms[i].Nonce == m.Nonce {
+			l.markers[shard.String()] = append(ms[:i:i], ms[i+1:]...)
+			return nil
+		}
+	}
+	return nil
+}
+
+// Markers returns a copy of the markers stored for shard.
+func (l *Ledger) Markers(shard recordid.Shard) []pipeline.Marker {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]pipeline.Marker(nil), l.markers[shard.String()]...)
 }
 
 // Done implements pipeline.View.
@@ -88,6 +151,24 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 				v.attempts[id]++
 			}
 		}
+	}
+	for _, m := range l.markers[shard.String()] {
+		if seqnum.Compare(m.Last, first) < 0 || seqnum.Compare(m.First, last) > 0 {
+			continue
+		}
+		ms := pipeline.MarkerState{Marker: m, Size: len(m.IDs)}
+		ms.IDs = nil
+		for _, id := range m.IDs {
+			if in(id) {
+				ms.IDs = append(ms.IDs, id)
+			}
+		}
+		for _, e := range l.entries[shard.String()] {
+			if e.Nonce == m.Nonce {
+				ms.Completed = true
+			}
+		}
+		v.markers = append(v.markers, ms)
 	}
 	return v, nil
 }
