@@ -555,6 +555,7 @@ type plan struct {
 	kinds      []planKind
 	deaths     []int // dead markers naming the record
 	solo       []int // the part of deaths whose marker named only this record
+	minDead    []int // size of the smallest dead marker naming the record
 	narrow     []recordid.ID
 	window     int // isolation window (0: not isolating)
 	runnable   int
@@ -566,7 +567,7 @@ type plan struct {
 // plan classifies the batch's records (see the package comment, "In-flight markers").
 func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 	n := len(b.Records)
-	pl := &plan{kinds: make([]planKind, n), deaths: make([]int, n), solo: make([]int, n)}
+	pl := &plan{kinds: make([]planKind, n), deaths: make([]int, n), solo: make([]int, n), minDead: make([]int, n)}
 	held := make([]bool, n)
 	if mv, ok := view.(MarkerView); ok {
 		now := p.now()
@@ -590,6 +591,9 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 				}
 				if dead {
 					pl.deaths[i]++
+					if pl.minDead[i] == 0 || m.Size < pl.minDead[i] {
+						pl.minDead[i] = m.Size
+					}
 					if m.Size == 1 {
 						pl.solo[i]++
 					}
@@ -620,13 +624,9 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 	if len(runnable) > 0 {
 		head := runnable[0]
 		pl.headDeaths, pl.headSeq = pl.deaths[head], b.Records[head].ID.Seq
-		if d := pl.headDeaths; d > 0 {
-			w := len(runnable)
-			if d < 31 {
-				w = (len(runnable) + 1<<d - 1) >> d // ceil(n / 2^d)
-			} else {
-				w = 1
-			}
+		if pl.headDeaths > 0 {
+			// Bisect: half of the smallest dead run that held the head, at least one record.
+			w := min(len(runnable), max(1, (pl.minDead[head]+1)/2))
 			pl.window = w
 			end := runnable[w-1]
 			for _, i := range runnable[w:] {
