@@ -293,7 +293,7 @@ func printStatus(w io.Writer, out statusOutput) {
 	st := out.StreamStatus
 	fmt.Fprintf(w, "group %s  stream %s  at %s\n\n", st.Group, st.Stream, st.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tSTATE\tCHECKPOINT\tWATERMARK\tLAG_RECORDS\tLAG_SECONDS\tGAPS\tIN_FLIGHT\tPARKED\tLOST\t")
+	fmt.Fprintln(tw, "SHARD\tSTATE\tCHECKPOINT\tWATERMARK\tLAG_RECORDS\tLAG_SECONDS\tGAPS\tIN_FLIGHT\tPARKED\tLOST\tMARKERS_LIVE\tMARKERS_DEAD\t")
 	for _, s := range st.Shards {
 		lag := strconv.Itoa(s.LagRecords)
 		if s.LagCapped {
@@ -303,8 +303,8 @@ func printStatus(w io.Writer, out statusOutput) {
 		if s.Trimmed {
 			wm += " (expired)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%d\t%d\t%d\t\n", s.ShardID, s.State, dash(s.Checkpoint), wm, lag,
-			s.LagSeconds, s.Gaps, s.InFlight, s.Parked, s.LostToRetention)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t\n", s.ShardID, s.State, dash(s.Checkpoint), wm, lag,
+			s.LagSeconds, s.Gaps, s.InFlight, s.Parked, s.LostToRetention, s.MarkersLive, s.MarkersDead)
 	}
 	tw.Flush()
 	if out.ParkedQueueMessages != nil {

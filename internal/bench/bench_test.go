@@ -113,9 +113,10 @@ func TestRunnerCosts(t *testing.T) {
 		{Case{Bare, 20, 4}, nil, 0, true},
 		{Case{Idempotent, 10, 1}, map[string]float64{"PutItem": 10, "UpdateItem": 10}, 2, true},
 		{Case{Idempotent, 10, 4}, map[string]float64{"PutItem": 10, "UpdateItem": 10}, 2, true},
-		{Case{Gapless, 10, 1}, map[string]float64{"Query": 1, "PutItem": 1, "UpdateItem": 1}, 0.2, true},
-		{Case{Gapless, 200, 1}, map[string]float64{"Query": 1, "PutItem": 1, "UpdateItem": 1}, 0.05, false},
-		{Case{Gapless, 200, 4}, map[string]float64{"Query": 1, "PutItem": 1, "UpdateItem": 1}, 0.05, false},
+		// PutItem: the in-flight marker (beside the Query) and the ledger entry.
+		{Case{Gapless, 10, 1}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.3, true},
+		{Case{Gapless, 100, 1}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.03, false},
+		{Case{Gapless, 200, 4}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.03, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.c.String(), func(t *testing.T) {
@@ -139,8 +140,13 @@ func TestRunnerCosts(t *testing.T) {
 			if res.DDBCallsPerBatch != total || res.DDBAttemptsPerBatch != total {
 				t.Errorf("calls %v, round trips %v per batch; want %v", res.DDBCallsPerBatch, res.DDBAttemptsPerBatch, total)
 			}
-			if tc.c.Handler == Gapless && res.DDBAttemptsPerBatch > 3 {
-				t.Errorf("gapless made %v round trips per batch", res.DDBAttemptsPerBatch)
+			// The marker goes out in parallel with the Query: the critical path stays at 3
+			// (lookup, entry, checkpoint).
+			if tc.c.Handler == Gapless && res.CriticalPathRoundTrips != 3 {
+				t.Errorf("gapless critical path %v round trips per batch, want 3", res.CriticalPathRoundTrips)
+			}
+			if tc.c.Handler == Bare && res.CriticalPathRoundTrips != 0 {
+				t.Errorf("bare critical path %v", res.CriticalPathRoundTrips)
 			}
 			if (tc.exact && res.WriteUnitsPerRecord != tc.wcu) || (!tc.exact && res.WriteUnitsPerRecord > tc.wcu) {
 				t.Errorf("write units per record %v, want %v", res.WriteUnitsPerRecord, tc.wcu)

@@ -56,6 +56,11 @@ type CaseResult struct {
 	// operation per batch, and capacity units per record computed from item sizes.
 	DDBCallsPerBatch    float64            `json:"ddb_calls_per_batch"`
 	DDBAttemptsPerBatch float64            `json:"ddb_round_trips_per_batch"`
+	// CriticalPathRoundTrips: DynamoDB calls made one after another (the longest chain of
+	// non-overlapping calls) per batch; calls made in parallel count once. The median over the
+	// case's batches: on a loaded machine a goroutine can be descheduled long enough for two
+	// calls issued together not to overlap in time, which a mean would count.
+	CriticalPathRoundTrips float64 `json:"critical_path_round_trips"`
 	DDBOpsPerBatch      map[string]float64 `json:"ddb_ops_per_batch,omitempty"`
 	WriteUnitsPerRecord float64            `json:"wcu_per_record"`
 	ReadUnitsPerRecord  float64            `json:"rcu_per_record"`
@@ -100,17 +105,17 @@ func (r *Runner) Warm(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := r.invoke(ctx, s, raw); err != nil {
+		if err := r.invoke(ctx, s, raw, &callLog{}); err != nil {
 			return fmt.Errorf("bench: warm %s: %w", name, err)
 		}
 	}
 	return nil
 }
 
-func (r *Runner) invoke(ctx context.Context, s *Subject, raw []byte) error {
+func (r *Runner) invoke(ctx context.Context, s *Subject, raw []byte, path *callLog) error {
 	ctx, cancel := context.WithTimeout(ctx, r.limits.InvokeTimeout)
 	defer cancel()
-	resp, err := s.Invoke(ctx, raw)
+	resp, err := s.Invoke(withCallLog(ctx, path), raw)
 	if err != nil {
 		return err
 	}
@@ -179,6 +184,7 @@ type caseRun struct {
 	done   bool
 
 	lat                 []time.Duration
+	paths               []int // critical-path round trips of each batch
 	wall, cpu           time.Duration
 	mallocs, allocBytes uint64
 }
@@ -204,15 +210,19 @@ func (cr *caseRun) round(ctx context.Context) error {
 	start := time.Now()
 	times := make([]time.Duration, c.PF)
 	errs := make([]error, c.PF)
+	paths := make([]callLog, c.PF)
 	var wg sync.WaitGroup
 	for lane := range c.PF {
 		wg.Go(func() {
 			t0 := time.Now()
-			errs[lane] = cr.r.invoke(ctx, cr.s, payloads[lane])
+			errs[lane] = cr.r.invoke(ctx, cr.s, payloads[lane], &paths[lane])
 			times[lane] = time.Since(t0)
 		})
 	}
 	wg.Wait()
+	for i := range paths {
+		cr.paths = append(cr.paths, paths[i].criticalPath())
+	}
 	cr.wall += time.Since(start)
 	cr.cpu += cpuTime() - cpu0
 	runtime.ReadMemStats(&ms1)
@@ -247,6 +257,11 @@ func (cr *caseRun) result() CaseResult {
 	res.AllocBytesPerRecord = float64(cr.allocBytes) / n
 	res.DDBCallsPerBatch = float64(d.Total.Calls) / b
 	res.DDBAttemptsPerBatch = float64(d.Total.Attempts) / b
+	if len(cr.paths) > 0 {
+		p := slices.Clone(cr.paths)
+		slices.Sort(p)
+		res.CriticalPathRoundTrips = float64(p[len(p)/2])
+	}
 	res.WriteUnitsPerRecord = d.Total.WriteUnits / n
 	res.ReadUnitsPerRecord = d.Total.ReadUnits / n
 	res.WriteBytesPerRecord = float64(d.Total.BytesWritten) / n

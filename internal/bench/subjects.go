@@ -65,7 +65,7 @@ func NewSubject(name string, c Clients, t Tables) (*Subject, error) {
 
 func newSubject(name string, c Clients, t Tables, process pipeline.ProcessFunc) (*Subject, error) {
 	m := ddbmeter.New()
-	ddb := dynamodb.NewFromConfig(c.Config, m.Options())
+	ddb := dynamodb.NewFromConfig(c.Config, m.Options(), pathOptions())
 	s := &Subject{Name: name, Meter: m}
 	switch name {
 	case Bare:

@@ -32,6 +32,16 @@ const (
 	MetricCheckpointRacesLost     = "CheckpointRacesLost"
 	MetricLedgerWriteFailures     = "LedgerWriteFailures"
 	MetricRecordsRejected         = "RecordsRejected"
+	// In-flight markers (docs/consumer.md): records skipped because another live invocation
+	// holds them, records not run while isolating a killer, calls abandoned at the deadline,
+	// records parked because invocations died running them, dead markers seen, and marker
+	// writes that failed.
+	MetricRecordsHeld         = "RecordsHeld"
+	MetricRecordsIsolated     = "RecordsIsolated"
+	MetricRecordsAbandoned    = "RecordsAbandoned"
+	MetricRecordsParkedDead   = "RecordsParkedDead"
+	MetricDeadInvocations     = "DeadInvocations"
+	MetricMarkerWriteFailures = "MarkerWriteFailures"
 )
 
 // Handler handles Kinesis events for one consumer group.
@@ -138,6 +148,8 @@ func (h *Handler) handle(ctx context.Context, recs []inRecord) (events.KinesisEv
 		"parked_by_ref", res.ParkedByRef, "rejected", len(pl.rejected), "malformed", pl.malformed,
 		"checkpoint", res.CheckpointSeq, "checkpoint_advanced", res.CheckpointAdvanced,
 		"checkpoint_race_lost", res.CheckpointRaceLost, "reported_failure", failure,
+		"held", res.InFlightSkipped, "isolated", res.Isolated, "abandoned", res.Abandoned,
+		"dead_markers", res.DeadMarkers, "isolation_window", res.IsolationWindow,
 		"duration_ms", time.Since(start).Milliseconds()}
 	if failure == "" && (runErr != nil || len(pl.rejected) > 0 || res.Failed > 0) {
 		// Only possible when no record of the event has any sequence number: return an error so
@@ -180,6 +192,12 @@ func (h *Handler) emit(ctx context.Context, log *slog.Logger, b *pipeline.Batch,
 		metrics.Metric{Name: MetricCheckpointRacesLost, Value: b2f(res.CheckpointRaceLost)},
 		metrics.Metric{Name: MetricLedgerWriteFailures, Value: b2f(ledgerFailed)},
 		metrics.Metric{Name: MetricRecordsRejected, Value: float64(rejected)},
+		metrics.Metric{Name: MetricRecordsHeld, Value: float64(res.InFlightSkipped)},
+		metrics.Metric{Name: MetricRecordsIsolated, Value: float64(res.Isolated)},
+		metrics.Metric{Name: MetricRecordsAbandoned, Value: float64(res.Abandoned)},
+		metrics.Metric{Name: MetricRecordsParkedDead, Value: float64(res.DeadParked)},
+		metrics.Metric{Name: MetricDeadInvocations, Value: float64(res.DeadMarkers)},
+		metrics.Metric{Name: MetricMarkerWriteFailures, Value: float64(res.MarkerWriteFailures)},
 	)
 	if err != nil {
 		log.WarnContext(ctx, "metrics not written", "error", err)

@@ -18,15 +18,18 @@ import (
 
 // TestSeedInterleaving replays the seed report's race through the real handler and the real
 // stores: two invocations (two execution environments, A and B) work on overlapping batches of
-// one shard, interleaved exactly as
+// one shard, interleaved as
 //
-//	A gets 1; B gets 1–3; A commits 1; B fails to commit 3;
-//	A gets 2–5; B gets 4–6; B commits 6; A fails to commit 5.
+//	A gets 1; B gets 1–3 while A works on 1; A commits 1;
+//	A gets 2–5; B gets 4–6 while A works on 4 and 5; A commits 5.
 //
-// "gets" is the batch's ledger lookup, "commits" its checkpoint write. B's first checkpoint
-// write fails with a DynamoDB server error (fault proxy); A's last one loses the conditional
-// race to B's 6. In the seed, the loser skipped its batch and records were lost. Here no
-// record is skipped: all six reach the processor, and the duplicates are counted.
+// "gets" is the batch's ledger lookup (with its in-flight marker written beside it), "commits"
+// its ledger and checkpoint writes. In the seed, the loser of the checkpoint race skipped its
+// batch and records were lost. Before in-flight markers, gapless processed 1, 4 and 5 twice
+// here (both invocations held them before either recorded them). Now B sees A's live marker:
+// it skips what A holds (failed, not attempted: Lambda retries it), processes the rest, and its
+// retries find A's records done. No record is lost, none is processed twice, and B's checkpoint
+// write failure (fault proxy) changes nothing.
 func TestSeedInterleaving(t *testing.T) {
 	s := newStack(t)
 	const group = "seed"
@@ -53,13 +56,11 @@ func TestSeedInterleaving(t *testing.T) {
 	a := s.rig(t, group, withProcessor(shared))
 	b := s.rig(t, group, withProcessor(shared), withCheckpoint(bCheckpoint))
 
-	// The script. Each step is a channel closed when it has happened.
 	var (
 		aLooked1 = make(chan struct{}) // A (1) looked up and is processing record 1
-		bLooked1 = make(chan struct{}) // B (1–3) looked up and is processing
-		aDone1   = make(chan struct{}) // A committed 1 and returned
-		aLooked2 = make(chan struct{}) // A (2–5) looked up and is processing
-		bDone2   = make(chan struct{}) // B (4–6) committed 6 and returned
+		bDone1   = make(chan struct{}) // B (1–3) returned
+		aLooked2 = make(chan struct{}) // A (2–5) looked up and is processing record 4
+		bDone2   = make(chan struct{}) // B (4–6) returned
 	)
 	wait := func(ch <-chan struct{}) error {
 		select {
@@ -74,13 +75,10 @@ func TestSeedInterleaving(t *testing.T) {
 		switch {
 		case r.ID == id(1) && ctx.Value(envKey{}) == "A":
 			close(aLooked1)
-			return wait(bLooked1) // B gets 1–3 before A commits 1
-		case r.ID == id(1) && ctx.Value(envKey{}) == "B":
-			close(bLooked1)
-			return wait(aDone1) // A commits 1 before B commits
+			return wait(bDone1) // B gets 1–3 and returns while A holds 1
 		case r.ID == id(4) && ctx.Value(envKey{}) == "A":
 			close(aLooked2)
-			return wait(bDone2) // B gets 4–6 and commits 6 before A commits 5
+			return wait(bDone2) // B gets 4–6 and returns while A holds 4 and 5
 		}
 		return nil
 	}
@@ -95,35 +93,44 @@ func TestSeedInterleaving(t *testing.T) {
 		resp, err := r.h.HandleJSON(ctx, raw)
 		return outcome{resp, err}
 	}
-	aOut1, bOut1 := make(chan outcome, 1), make(chan outcome, 1)
-	go func() { o := run(a, "A", batch(1, 1)); close(aDone1); aOut1 <- o }()
+	aOut1 := make(chan outcome, 1)
+	go func() { aOut1 <- run(a, "A", batch(1, 1)) }()
 	if err := wait(aLooked1); err != nil {
 		t.Fatal(err)
 	}
-	go func() { bOut1 <- run(b, "B", batch(1, 3)) }()
-	a1, b1 := <-aOut1, <-bOut1
+	b1 := run(b, "B", batch(1, 3))
+	close(bDone1)
+	a1 := <-aOut1
 
-	aOut2, bOut2 := make(chan outcome, 1), make(chan outcome, 1)
+	aOut2 := make(chan outcome, 1)
 	go func() { aOut2 <- run(a, "A", batch(2, 5)) }()
 	if err := wait(aLooked2); err != nil {
 		t.Fatal(err)
 	}
-	go func() { o := run(b, "B", batch(4, 6)); close(bDone2); bOut2 <- o }()
-	b2, a2 := <-bOut2, <-aOut2
+	b2 := run(b, "B", batch(4, 6))
+	close(bDone2)
+	a2 := <-aOut2
 
-	for name, o := range map[string]outcome{"A(1)": a1, "B(1-3)": b1, "A(2-5)": a2, "B(4-6)": b2} {
+	for name, o := range map[string]outcome{"A(1)": a1, "A(2-5)": a2} {
 		if o.err != nil || failureOf(t, o.resp) != "" {
-			t.Errorf("%s: response %+v err %v: every batch succeeds", name, o.resp, o.err)
+			t.Errorf("%s: response %+v err %v: A's batches succeed", name, o.resp, o.err)
+		}
+	}
+	// B reports the first record A held; Lambda retries B's batches from there.
+	if b1.err != nil || failureOf(t, b1.resp) != seq(1) {
+		t.Errorf("B(1-3): %+v %v, want failure at 1 (held by A)", b1.resp, b1.err)
+	}
+	if b2.err != nil || failureOf(t, b2.resp) != seq(4) {
+		t.Errorf("B(4-6): %+v %v, want failure at 4 (held by A)", b2.resp, b2.err)
+	}
+	b3 := run(b, "B", batch(1, 3))
+	b4 := run(b, "B", batch(4, 6))
+	for name, o := range map[string]outcome{"B(1-3) retry": b3, "B(4-6) retry": b4} {
+		if o.err != nil || failureOf(t, o.resp) != "" {
+			t.Errorf("%s: response %+v err %v", name, o.resp, o.err)
 		}
 	}
 
-	// No record skipped: all six reached the processor.
-	for i := 1; i <= 6; i++ {
-		if shared.count(id(i)) == 0 {
-			t.Errorf("record %d never reached the processor: LOST", i)
-		}
-	}
-	// The interleaving really happened as scripted.
 	metricsOf := func(r *rig, n int) map[string]float64 { // n-th invocation of this rig (0-based)
 		lines := r.metrics.jsonLines(t)
 		if len(lines) <= n {
@@ -137,19 +144,22 @@ func TestSeedInterleaving(t *testing.T) {
 		}
 		return out
 	}
-	if m := metricsOf(b, 0); m[MetricCheckpointWriteFailures] != 1 || m[MetricRecordsProcessed] != 3 {
-		t.Errorf("B(1-3): %v, want its checkpoint write to fail and all 3 processed", m)
+	if m := metricsOf(b, 0); m[MetricRecordsProcessed] != 2 || m[MetricRecordsFailed] != 1 || m[MetricRecordsHeld] != 1 {
+		t.Errorf("B(1-3): %v, want 2 and 3 processed, 1 held by A", m)
 	}
-	if m := metricsOf(a, 1); m[MetricDuplicatesSkipped] != 2 || m[MetricRecordsProcessed] != 2 || m[MetricCheckpointRacesLost] != 1 {
-		t.Errorf("A(2-5): %v, want 2 and 3 skipped as done by B, 4 and 5 processed, race lost to 6", m)
+	if m := metricsOf(a, 1); m[MetricDuplicatesSkipped] != 2 || m[MetricRecordsProcessed] != 2 {
+		t.Errorf("A(2-5): %v, want 2 and 3 skipped as done by B, 4 and 5 processed", m)
 	}
-	if m := metricsOf(b, 1); m[MetricRecordsProcessed] != 3 || m[MetricCheckpointRacesLost] != 0 {
-		t.Errorf("B(4-6): %v", m)
+	if m := metricsOf(b, 1); m[MetricRecordsProcessed] != 1 || m[MetricRecordsHeld] != 2 {
+		t.Errorf("B(4-6): %v, want 6 processed, 4 and 5 held by A", m)
 	}
-	// Duplicates are the documented concurrent-batch window: 1 (A and B both held it before
-	// either recorded it), 4 and 5 (A and B again). They are counted, never lost.
-	if dups := shared.total() - 6; dups != 3 {
-		t.Errorf("%d duplicate deliveries, want 3 (records 1, 4, 5)", dups)
+	if m := metricsOf(b, 2); m[MetricDuplicatesSkipped] != 3 || m[MetricCheckpointWriteFailures] != 1 {
+		t.Errorf("B(1-3) retry: %v, want all done and its checkpoint write failed (proxy)", m)
+	}
+	for i := 1; i <= 6; i++ {
+		if n := shared.count(id(i)); n != 1 {
+			t.Errorf("record %d reached the processor %d times, want exactly once", i, n)
+		}
 	}
 	st, err := s.checkpoint().Get(context.Background(), shardFor(group))
 	if err != nil || st.Checkpoint != seq(6) {

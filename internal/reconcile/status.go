@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -68,6 +70,12 @@ type ShardStatus struct {
 	ParkedTotal     int64  `json:"parked_total"`
 	LostToRetention int64  `json:"lost_to_retention_total"`
 	Error           string `json:"error,omitempty"`
+
+	// In-flight markers at or after the checkpoint without an outcome: live (an invocation is
+	// working on those records) and dead (an invocation died on them; counted as attempts and
+	// isolated by the next one). See docs/consumer.md.
+	MarkersLive int `json:"markers_live"`
+	MarkersDead int `json:"markers_dead"`
 }
 
 // StreamStatus is Status' answer.
@@ -124,6 +132,9 @@ func Status(ctx context.Context, kin kinesisAPI, cps CheckpointLister, ledger Le
 		}
 		if ss.State != "closed-verified" {
 			if err := inspectShard(ctx, kin, ledger, cfg, sh, st, &ss); err != nil {
+				ss.Error = err.Error()
+			}
+			if err := countMarkers(ctx, ledger, cfg, st, &ss); err != nil && ss.Error == "" {
 				ss.Error = err.Error()
 			}
 		}
@@ -218,5 +229,38 @@ func inspectShard(ctx context.Context, kin kinesisAPI, ledger LedgerReader, cfg 
 		}
 	}
 	ss.LagCapped = true
+	return nil
+}
+
+// lastSeq is the highest sequence number Kinesis can issue (129 digits), the open end of the
+// marker lookup.
+var lastSeq = strings.Repeat("9", seqnum.MaxDigits)
+
+// countMarkers counts the in-flight markers of a shard from its checkpoint on (one Lookup):
+// live ones, and dead ones that still name a record not done.
+func countMarkers(ctx context.Context, ledger LedgerReader, cfg StatusConfig, st checkpoint.State, ss *ShardStatus) error {
+	from := st.Checkpoint
+	if from == "" {
+		from = "0"
+	}
+	shard := recordid.Shard{Group: cfg.Group, Stream: cfg.Stream, ShardID: ss.ShardID}
+	view, err := ledger.Lookup(ctx, shard, from, lastSeq)
+	if err != nil {
+		return fmt.Errorf("reconcile: ledger markers %s: %w", shard, err)
+	}
+	mv, ok := view.(pipeline.MarkerView)
+	if !ok {
+		return nil
+	}
+	now := cfg.Now()
+	for _, m := range mv.Markers() {
+		switch {
+		case m.Completed:
+		case now.Before(m.Deadline.Add(pipeline.DeadGrace)):
+			ss.MarkersLive++
+		case slices.ContainsFunc(m.IDs, func(id recordid.ID) bool { return !view.Done(id) }):
+			ss.MarkersDead++
+		}
+	}
 	return nil
 }
