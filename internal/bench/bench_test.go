@@ -165,7 +165,7 @@ func TestRunnerCosts(t *testing.T) {
 	if len(both) != 2 || both[0].Handler != Bare || both[1].Handler != Gapless {
 		t.Fatalf("%+v", both)
 	}
-	if both[0].DDBCallsPerBatch != 0 || both[1].DDBCallsPerBatch != 3 || both[0].Batches != 8 || both[1].Batches != 8 {
+	if both[0].DDBCallsPerBatch != 0 || both[1].DDBCallsPerBatch != 4 || both[0].Batches != 8 || both[1].Batches != 8 {
 		t.Errorf("interleaved: bare %v calls/batch in %d batches, gapless %v in %d",
 			both[0].DDBCallsPerBatch, both[0].Batches, both[1].DDBCallsPerBatch, both[1].Batches)
 	}
