@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/gapless-dev/gapless/internal/ddbmeter"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -109,6 +110,10 @@ func (l *Ledger) Mark(ctx context.Context, shard recordid.Shard, m Marker) error
 		attrStarted:         &types.AttributeValueMemberN{Value: strconv.FormatInt(m.Started.UnixMilli(), 10)},
 		attrSource:          &types.AttributeValueMemberS{Value: m.Source},
 		schema.TTLAttribute: &types.AttributeValueMemberN{Value: strconv.FormatInt(l.now().Add(l.ttl).Unix(), 10)},
+	}
+	if n := ddbmeter.ItemSize(item); n > l.maxItem {
+		// Markers are not split: a batch this large (huge KPL aggregates) runs without one.
+		return fmt.Errorf("dedupe: mark %s %s..%s: %w: %d ids need %d bytes, budget %d", shard, m.First, m.Last, ErrItemTooLarge, len(ids), n, l.maxItem)
 	}
 	if _, err := l.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &l.table, Item: item}); err != nil {
 		return fmt.Errorf("dedupe: put marker %s %s..%s: %w", shard, m.First, m.Last, err)

@@ -395,7 +395,8 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	// The marker goes out in parallel with the lookup: no sequential round trip is added.
 	mk := &markerRun{p: p, shard: b.Shard, log: log}
 	mk.marking, _ = p.ledger.(Marking)
-	started := p.now()
+	// Milliseconds, as the ledger stores it: two invocations compare start times exactly.
+	started := time.UnixMilli(p.now().UnixMilli())
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = started.Add(NoDeadlineHold)
@@ -737,6 +738,12 @@ func (r *batchRun) wait(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
+func (r *batchRun) isAbandoned() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.abandoned
+}
+
 // begin marks record i as running; false when Run has abandoned the batch.
 func (r *batchRun) begin(i int) bool {
 	r.mu.Lock()
@@ -865,7 +872,9 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	if p.cfg.LogPayloads {
 		attrs = append(attrs, "data", payloadForLog(rec.Data))
 	}
-	if o.attempts < p.cfg.MaxRecordAttempts {
+	if o.attempts < p.cfg.MaxRecordAttempts || (!o.abandoned && r.isAbandoned()) {
+		// (A worker returning after Run gave up on it: Run has counted this attempt and parks
+		// the record itself; this outcome is dropped.)
 		log.WarnContext(ctx, "record failed", attrs...)
 		o.status = statusFailed
 		return
