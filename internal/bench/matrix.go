@@ -54,17 +54,17 @@ type CaseResult struct {
 	AllocBytesPerRecord float64 `json:"alloc_bytes_per_record"`
 	// DynamoDB, from internal/ddbmeter: logical calls and HTTP attempts per batch, calls per
 	// operation per batch, and capacity units per record computed from item sizes.
-	DDBCallsPerBatch    float64            `json:"ddb_calls_per_batch"`
-	DDBAttemptsPerBatch float64            `json:"ddb_round_trips_per_batch"`
+	DDBCallsPerBatch    float64 `json:"ddb_calls_per_batch"`
+	DDBAttemptsPerBatch float64 `json:"ddb_round_trips_per_batch"`
 	// CriticalPathRoundTrips: DynamoDB calls made one after another (the longest chain of
 	// non-overlapping calls) per batch; calls made in parallel count once. The median over the
 	// case's batches: on a loaded machine a goroutine can be descheduled long enough for two
 	// calls issued together not to overlap in time, which a mean would count.
-	CriticalPathRoundTrips float64 `json:"critical_path_round_trips"`
-	DDBOpsPerBatch      map[string]float64 `json:"ddb_ops_per_batch,omitempty"`
-	WriteUnitsPerRecord float64            `json:"wcu_per_record"`
-	ReadUnitsPerRecord  float64            `json:"rcu_per_record"`
-	WriteBytesPerRecord float64            `json:"write_bytes_per_record"`
+	CriticalPathRoundTrips float64            `json:"critical_path_round_trips"`
+	DDBOpsPerBatch         map[string]float64 `json:"ddb_ops_per_batch,omitempty"`
+	WriteUnitsPerRecord    float64            `json:"wcu_per_record"`
+	ReadUnitsPerRecord     float64            `json:"rcu_per_record"`
+	WriteBytesPerRecord    float64            `json:"write_bytes_per_record"`
 }
 
 // Runner runs cases on fresh synthetic shards.

@@ -18,10 +18,10 @@ import (
 // Ledger is an in-memory pipeline.Ledger and pipeline.Claimer. The zero value is ready.
 type Ledger struct {
 	mu      sync.Mutex
-	entries map[string][]pipeline.Entry // by shard state key
-	claims  map[string]recordid.ID      // group|key -> owner
+	entries map[string][]pipeline.Entry  // by shard state key
+	claims  map[string]recordid.ID       // group|key -> owner
 	markers map[string][]pipeline.Marker // by shard state key, in write order
-	Lookups int                         // calls, for tests of "one lookup per batch"
+	Lookups int                          // calls, for tests of "one lookup per batch"
 	Records int
 	ClaimsN int
 	Marks   int // Mark calls
