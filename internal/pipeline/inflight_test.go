@@ -479,3 +479,66 @@ func TestMarkerLifecycle(t *testing.T) {
 		}
 	})
 }
+
+// TestMarkerLease: a marker holds its records for a lease, not for the whole function timeout.
+// A run longer than half a lease renews it while Process runs; a run that dies is taken for
+// dead a lease after its last renewal, though its function timeout is far away.
+func TestMarkerLease(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	t.Run("renewed while running", func(t *testing.T) {
+		e := newEnv()
+		start := time.Now()
+		var seen time.Time
+		process := func(ctx context.Context, r pipeline.Record) error {
+			if r.ID.Seq != seq(1) {
+				return nil
+			}
+			// Wait until a renewal pushed the marker past its first lease.
+			for {
+				ms := e.ledger.Markers(shard)
+				if len(ms) == 1 && ms[0].Deadline.After(start.Add(lease+lease/4)) {
+					seen = ms[0].Deadline
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := e.pipeline(t, process, cfg(), pipeline.WithMarkerLease(lease)).Run(ctx, batch(2, oneKey))
+		if err != nil || res.Processed != 2 {
+			t.Fatalf("%+v %v (renewed deadline seen: %v)", res, err, seen)
+		}
+		dl, _ := ctx.Deadline()
+		if ms := e.ledger.Markers(shard); len(ms) != 1 || !ms[0].Deadline.Before(dl) {
+			t.Errorf("marker %+v: the lease must stay short of the function deadline %v", ms, dl)
+		}
+	})
+	t.Run("dead a lease after the crash", func(t *testing.T) {
+		c := cfg()
+		s := newCrashSim(t, c, 1)
+		s.p = s.e.pipeline(t, func(ctx context.Context, r pipeline.Record) error {
+			if s.killer[r.ID.Seq] {
+				s.crashed.Store(true)
+				return errKilled
+			}
+			return nil
+		}, c, pipeline.WithMarkerLease(lease), pipeline.WithClock(func() time.Time { return time.Unix(0, s.clock.Load()) }))
+		// The crashed run had an hour left; the next run comes a lease plus DeadGrace later.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		if _, err := s.p.Run(ctx, batch(1, oneKey)); err == nil || !s.crashed.Swap(false) {
+			t.Fatalf("first run did not die: %v", err)
+		}
+		s.clock.Add(int64(lease + pipeline.DeadGrace + time.Millisecond))
+		s.killer = map[string]bool{}
+		res, err := s.p.Run(ctx, batch(1, oneKey))
+		if err != nil || res.DeadMarkers != 1 || res.LiveMarkers != 0 || res.InFlightSkipped != 0 || res.Processed != 1 {
+			t.Errorf("after the lease: %+v %v, want the dead run counted and the record run", res, err)
+		}
+	})
+}

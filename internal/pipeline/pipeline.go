@@ -85,9 +85,13 @@ const (
 	// DeadGrace is added to a marker's deadline before it counts as dead: clock skew between
 	// the invocation that wrote it and the one reading it.
 	DeadGrace = 2 * time.Second
-	// NoDeadlineHold is the deadline of a marker written by a Run whose context has none (the
-	// CLI's replay and redrive): dead after this long without an entry.
+	// NoDeadlineHold bounds the run of a Run whose context has no deadline (the CLI's replay):
+	// its marker's lease is renewed at most this long.
 	NoDeadlineHold = 15 * time.Minute
+	// DefaultMarkerLease is how long a marker holds its records without renewal: a run longer
+	// than half of it renews the marker every half lease; one that dies is taken for dead a
+	// lease (plus DeadGrace) after its last renewal, not at the end of its function timeout.
+	DefaultMarkerLease = 10 * time.Second
 	// releaseTimeout bounds the best-effort delete of a marker no entry will complete.
 	releaseTimeout = 2 * time.Second
 )
@@ -257,6 +261,7 @@ type Pipeline struct {
 	keyPath    []string
 	log        *slog.Logger
 	now        func() time.Time
+	lease      time.Duration
 }
 
 // Option configures a Pipeline.
@@ -269,6 +274,9 @@ func WithLogger(l *slog.Logger) Option { return func(p *Pipeline) { p.log = l } 
 // WithClaimer sets the business-key claimer, required when Config.DedupeKey is set.
 func WithClaimer(c Claimer) Option { return func(p *Pipeline) { p.claimer = c } }
 
+// WithMarkerLease sets the in-flight marker lease (default DefaultMarkerLease; tests).
+func WithMarkerLease(d time.Duration) Option { return func(p *Pipeline) { p.lease = d } }
+
 // WithClock replaces time.Now for the deadline check (tests).
 func WithClock(now func() time.Time) Option { return func(p *Pipeline) { p.now = now } }
 
@@ -279,7 +287,7 @@ func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process Proces
 	}
 	p := &Pipeline{
 		ledger: ledger, checkpoint: checkpointer, parker: parker, process: process, cfg: cfg,
-		log: slog.New(slog.DiscardHandler), now: time.Now,
+		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease,
 	}
 	for _, o := range opts {
 		o(p)
@@ -287,6 +295,8 @@ func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process Proces
 	switch {
 	case ledger == nil || checkpointer == nil || parker == nil || process == nil:
 		return nil, fmt.Errorf("%w: ledger, checkpointer, parker and process are all required", ErrInvalidConfig)
+	case p.lease <= 0:
+		return nil, fmt.Errorf("%w: marker lease %v <= 0", ErrInvalidConfig, p.lease)
 	case cfg.DedupeKey != "" && p.claimer == nil:
 		return nil, fmt.Errorf("%w: DedupeKey %q set without a claimer (WithClaimer)", ErrInvalidConfig, cfg.DedupeKey)
 	}
@@ -397,12 +407,15 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	mk.marking, _ = p.ledger.(Marking)
 	// Milliseconds, as the ledger stores it: two invocations compare start times exactly.
 	started := time.UnixMilli(p.now().UnixMilli())
-	deadline, ok := ctx.Deadline()
+	limit, ok := ctx.Deadline()
 	if !ok {
-		deadline = started.Add(NoDeadlineHold)
+		limit = started.Add(NoDeadlineHold)
 	}
+	// The marker is a lease: it reads as dead after the lease unless renewed while Process runs,
+	// so the retry after a crash waits for the lease, not for the whole function timeout.
+	deadline := earliest(limit, started.Add(p.lease))
 	mine := Marker{Nonce: newNonce(), First: first, Last: last, IDs: batchIDs(&b), Started: started, Deadline: deadline, Source: b.Source}
-	mk.mine = mine
+	mk.mine, mk.cur, mk.limit = mine, mine, limit
 	var markWG sync.WaitGroup
 	if mk.marking != nil {
 		markWG.Go(func() { mk.write(ctx, mine) })
@@ -471,7 +484,9 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 				}
 			})
 		}
+		stopRenew := mk.renew(ctx)
 		run.wait(ctx, &wg)
+		stopRenew()
 	}
 
 	entry := p.tally(&b, outcomes, &res)
@@ -506,10 +521,48 @@ type markerRun struct {
 	p       *Pipeline
 	marking Marking
 	shard   recordid.Shard
-	mine    Marker
+	mine    Marker    // as first written
+	cur     Marker    // as last written (narrowed, renewed)
+	limit   time.Time // the invocation's own deadline: no lease goes past it
 	log     *slog.Logger
 	failed  bool // a Mark call failed (the marker may or may not exist)
 	gone    bool // released, or never written
+}
+
+// renew extends the marker's lease every half lease while records run, until stop is called
+// (before the entry write or the release, so a late renewal can never recreate a released
+// marker). Nothing is written for runs shorter than half a lease.
+func (m *markerRun) renew(ctx context.Context) (stop func()) {
+	if m.marking == nil || m.gone || !m.cur.Deadline.Before(m.limit) {
+		return func() {}
+	}
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(m.p.lease / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			mk := m.cur
+			mk.Deadline = earliest(m.limit, m.p.now().Add(m.p.lease))
+			if err := m.marking.Mark(ctx, m.shard, mk); err != nil {
+				m.log.WarnContext(ctx, "in-flight marker lease not renewed: another invocation may take this run for dead",
+					"sequence_number", mk.First, "last_sequence_number", mk.Last, "error", err)
+				continue
+			}
+			m.cur = mk
+			if !mk.Deadline.Before(m.limit) {
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
 
 func (m *markerRun) write(ctx context.Context, mk Marker) {
@@ -528,13 +581,14 @@ func (m *markerRun) narrow(ctx context.Context, ids []recordid.ID, res *Result) 
 		m.release(ctx)
 		return
 	}
-	mk := m.mine
+	mk := m.cur
 	mk.IDs = ids
 	m.failed = false
 	m.write(ctx, mk)
 	if m.failed {
 		res.MarkerWriteFailures++
 	}
+	m.cur = mk
 }
 
 // release deletes the marker, best effort, on a path that writes no entry with its nonce.
@@ -1068,6 +1122,13 @@ func payloadForLog(data []byte) string {
 		return string(data)
 	}
 	return "base64:" + base64.StdEncoding.EncodeToString(data)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func newNonce() string {
