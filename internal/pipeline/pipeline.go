@@ -2,25 +2,37 @@
 // guarantees gapless is built on. The consumer function runs every Lambda batch through it; the
 // reconciler runs its replays through the same code.
 //
-// Per batch (SPEC "Consumer invocation"):
+// Per batch (SPEC "Consumer invocation"; the in-flight marker design is in docs/consumer.md):
 //
-//  1. One ledger Lookup for [first, last] of the batch: records already done (processed or
-//     parked by anyone) are skipped and counted as duplicates avoided; failed-attempt counts come
-//     back with it.
+//  1. One ledger Lookup for [first, last] of the batch, and beside it (in parallel, no added
+//     round trip) the run's in-flight Marker: the exact records it is about to work on and a
+//     lease deadline, renewed while records run. Records already done (processed or parked by
+//     anyone) are skipped and counted as duplicates avoided; failed-attempt counts come back
+//     with it, and so do the other runs' markers. A live marker of a run that started earlier
+//     holds its records: they fail, not attempted (ErrInFlight), as do later records of their
+//     keys. A dead marker (past its lease plus DeadGrace without an entry of its nonce) is a
+//     death of every record it names: an attempt for a record it named alone, suspicion
+//     otherwise. When the first runnable record has died, only a prefix runs (half the
+//     smallest dead run that held it; the rest fail with ErrIsolating), the marker rewritten
+//     to name exactly that prefix; a record whose attempts, its own deaths included, reach
+//     Config.MaxRecordAttempts is parked without running again (ErrDied).
 //  2. Records not done run through Process concurrently across partition keys (at most
 //     Config.MaxConcurrency keys at once) and strictly in sequence order within a key. A failure
 //     stops its key for the rest of the batch: the later records of that key are failed too, but
 //     they were not attempted.
 //  3. Deadline: no record is started when less than Config.DeadlineMargin remains before the
 //     context's deadline; Process gets a context ending half a margin before it, so the ledger and
-//     checkpoint writes keep time to run. Records not started are failed, not attempted.
+//     checkpoint writes keep time to run. Records not started are failed, not attempted. Run
+//     stops waiting a quarter margin before the deadline: a Process still running (one that
+//     ignores its context) is a failed attempt (ErrAbandoned) and its late outcome is dropped.
 //  4. A panic in Process is recovered into a failure of that record (value and stack logged).
 //  5. A failed attempt bumps the record's attempt count; at Config.MaxRecordAttempts the record is
 //     parked (internal/park) and counts as done, so its key continues. If parking fails the record
 //     stays failed.
 //  6. Optional business-key dedupe (Config.DedupeKey): before Process the record claims the key's
 //     value; a key claimed by another record id is a duplicate: skipped, counted, recorded done.
-//  7. One ledger write for what this run did. If it fails, Run returns an error wrapping ErrLedger
+//  7. One ledger write for what this run did, with the marker's nonce (it completes the
+//     marker; a run that writes no entry deletes its marker instead). If it fails, Run returns an error wrapping ErrLedger
 //     and the caller must fail the whole batch. Then, when Batch.AdvanceCheckpoint is set, one
 //     conditional checkpoint advance to the highest sequence number below which every record of
 //     the batch is done. A checkpoint error or lost race is logged and counted in the Result and
