@@ -76,6 +76,7 @@ type Proxy struct {
 	mu        sync.Mutex
 	retention time.Duration // 0: no moving horizon
 	floor     time.Time     // explicit horizon (ExpireBefore)
+	stalls    int           // GetRecords calls still to answer with an empty page (StallPages)
 	stats     Stats
 }
 
@@ -139,6 +140,27 @@ func (p *Proxy) ExpireBefore(t time.Time) {
 	}
 }
 
+// StallPages makes the next n GetRecords calls answer an empty page that does not move:
+// NextShardIterator is the iterator asked for and MillisBehindLatest is 0. Kinesis returns
+// empty pages mid-shard ("it might take multiple calls to get to a portion of the shard that
+// contains records", GetRecords API reference); a reader that takes one for the end of a
+// closed shard, or for the end of a range, skips the records after it.
+func (p *Proxy) StallPages(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalls = n
+}
+
+func (p *Proxy) takeStall() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalls > 0 {
+		p.stalls--
+		return true
+	}
+	return false
+}
+
 // Horizon returns the current trim horizon (zero: nothing trimmed).
 func (p *Proxy) Horizon() time.Time {
 	p.mu.Lock()
@@ -177,7 +199,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	horizon := p.Horizon()
-	switch op := r.Header.Get("X-Amz-Target"); {
+	op := r.Header.Get("X-Amz-Target")
+	if op == target+"GetRecords" && p.takeStall() {
+		var in recordsRequest
+		if err := json.Unmarshal(body, &in); err == nil {
+			b, _ := json.Marshal(map[string]any{"Records": []any{}, "NextShardIterator": in.ShardIterator, "MillisBehindLatest": 0})
+			(&response{status: http.StatusOK, header: http.Header{"Content-Type": {"application/x-amz-json-1.1"}}, body: b}).write(w)
+			return
+		}
+	}
+	switch {
 	case horizon.IsZero():
 	case op == target+"GetShardIterator":
 		if refused, err := p.positionTrimmed(r.Context(), r.Header, body, horizon); err == nil && refused != "" {
