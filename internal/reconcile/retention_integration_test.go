@@ -285,8 +285,12 @@ func TestClosedShardEndsOnlyAtShardEnd(t *testing.T) {
 // records trimmed.
 func TestPartialCloseIsNoLoss(t *testing.T) {
 	s := newStack(t, 1)
+	trim := s.retentionProxy()
 	parent := s.shardIDs()[0]
 	recs := s.putN(5, "parent", keyMod(3), nil)
+	time.Sleep(10 * time.Millisecond) // arrival times have millisecond resolution
+	parentEnd := time.Now()
+	time.Sleep(10 * time.Millisecond)
 	if _, err := s.kin.SplitShard(context.Background(), splitInput(s.stream, parent, new(big.Int).Lsh(big.NewInt(1), 127))); err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +313,8 @@ func TestPartialCloseIsNoLoss(t *testing.T) {
 		t.Fatal("marked closed through a failing proxy")
 	}
 	t.Logf("watermark after the partial close %s (last record %s)", st.Watermark, recs[4].seq)
+	// Then the whole parent expires: every record of it was verified, none is lost.
+	trim.ExpireBefore(parentEnd)
 	p.SetRules()
 	rep, err := r.Run(context.Background())
 	if err != nil {
