@@ -171,9 +171,10 @@ func (s *Store) AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq 
 // The write carries a random token, added to the item's lossTokens set with the advance. When
 // the SDK retries a write whose first attempt was applied but whose response was lost, the
 // retry fails the condition; the store then looks for its token (in the item DynamoDB returns
-// with the failed condition, or with a consistent GetItem where the endpoint returns none) and
-// reports Advanced: the count is this caller's, applied once. A condition failure without the
-// token is a lost race: another writer passed seq first, and this call counted nothing.
+// with the failed condition, or with a consistent GetItem where the endpoint returns none, or
+// when no attempt got an answer) and reports Advanced: the count is this caller's, applied
+// once. A condition failure without the token is a lost race: another writer passed seq
+// first, and this call counted nothing.
 func (s *Store) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (Result, error) {
 	const op = "advance watermark past lost span"
 	if err := shard.Validate(); err != nil {
@@ -207,24 +208,30 @@ func (s *Store) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Sha
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	var failed *types.ConditionalCheckFailedException
+	var item map[string]types.AttributeValue
 	switch {
 	case err == nil:
 		return Result{Advanced: true}, nil
-	case !errors.As(err, &failed):
-		return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w", op, shard, seq, err)
+	case errors.As(err, &failed):
+		item = failed.Item // nil where the endpoint does not return it (dynalite)
 	}
-	item := failed.Item
-	if item == nil { // the endpoint does not return the item with a failed condition (dynalite)
-		out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
-		if err != nil {
-			// The write may be ours: an error, not a lost race, so the caller retries later
-			// (its next advance finds the watermark passed and counts nothing twice).
-			return Result{}, fmt.Errorf("checkpoint: %s %s to %s: condition failed and the item could not be read: %w", op, shard, seq, err)
+	if item == nil {
+		// A failed condition without the item, or no answer at all (every attempt's response
+		// lost): the write may have been applied. Read the item to find out.
+		out, getErr := s.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
+		if getErr != nil {
+			// The write may be ours: an error, not a lost race. The caller's next advance
+			// finds the watermark where it is and counts nothing twice (the item's counter has
+			// the count if the write landed).
+			return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w (and the item could not be read: %v)", op, shard, seq, err, getErr)
 		}
 		item = out.Item
 	}
 	if tokens, ok := item[attrLossTokens].(*types.AttributeValueMemberSS); ok && slices.Contains(tokens.Value, token) {
 		return Result{Advanced: true, Previous: storedSeq(item, attrWatermarkEnc)}, nil
+	}
+	if failed == nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w", op, shard, seq, err)
 	}
 	return Result{Previous: storedSeq(item, attrWatermarkEnc)}, nil
 }

@@ -34,6 +34,9 @@ func TestAdvanceWatermarkPastLoss(t *testing.T) {
 			wantAdvanced: true, wantLost: 1},
 		{name: "response dropped twice", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropAfterForward, Rate: 1, Count: 2}},
 			wantAdvanced: true, wantLost: 1},
+		// Applied by the first attempt, no attempt answered: the store reads its token back.
+		{name: "every response dropped", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropAfterForward, Rate: 1}},
+			wantAdvanced: true, wantLost: 1},
 		// Never forwarded: nothing happened, the caller sees an error and counts nothing.
 		{name: "never reached the table", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropBeforeForward, Rate: 1}},
 			wantErr: true, wantLost: 0},
