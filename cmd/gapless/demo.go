@@ -81,7 +81,9 @@ workload:
 	fs.BoolVar(&f.Split, "split", f.Split, "split a shard when half the records are produced")
 	fs.BoolVar(&f.KillReconciler, "kill-reconciler", f.KillReconciler, "kill the reconciler in the middle of its first replay")
 	fs.BoolVar(&f.Race, "race", f.Race, "a second mapping (same function config and group) racing on the stream")
-	fs.BoolVar(&cli.noFaults, "no-faults", false, "turn every fault off (overrides the fault flags)")
+	fs.BoolVar(&f.Expire, "expire", false, "hold one shard's consumer back past a short stream retention (--retention): its oldest records expire unread")
+	fs.DurationVar(&cfg.Retention, "retention", 0, "the stream's retention period under --expire (0: 30s)")
+	fs.BoolVar(&cli.noFaults, "no-faults", false, "turn every fault off but --expire (overrides the other fault flags)")
 	fs.BoolVar(&cli.json, "json", false, "print one JSON object on stdout instead of the table")
 	fs.BoolVar(&cfg.Baseline, "baseline", cfg.Baseline, "run the mapping-alone variant first")
 	fs.StringVar(&cfg.Runtime, "runtime", cfg.Runtime, "gapless functions: auto, rie (bootstraps under the Lambda runtime interface emulator) or inprocess")
@@ -139,7 +141,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	if cli.noFaults {
-		cfg.Faults = demo.Faults{}
+		cfg.Faults = demo.Faults{Expire: cfg.Faults.Expire} // --expire isolates the retention fault
 	}
 	opts := demo.Options{
 		// The emulators take any credentials: fixed ones, so nothing looks for real ones.

@@ -12,8 +12,11 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +58,7 @@ const (
 	attrGapsReplayed     = "gapsReplayed"
 	attrParked           = "parked"
 	attrLostToRetention  = "lostToRetention"
+	attrLossTokens       = "lossTokens"
 )
 
 // dynamoAPI is the part of *dynamodb.Client the store uses.
@@ -156,6 +160,89 @@ func (s *Store) Advance(ctx context.Context, shard recordid.Shard, seq string) (
 // checkpoint. Only the reconciler calls it, after proving every record up to seq accounted for.
 func (s *Store) AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (Result, error) {
 	return s.advance(ctx, watermarkPos, shard, seq)
+}
+
+// AdvanceWatermarkPastLoss moves the watermark past a span lost to stream retention and adds
+// lost to the shard's lostToRetention counter in the same conditional UpdateItem, so the count
+// can never be separated from the advance that passes the span (a process killed in between
+// would otherwise leave the span passed and uncounted: SPEC invariant 7). lost must be at
+// least 1.
+//
+// The write carries a random token, added to the item's lossTokens set with the advance. When
+// the SDK retries a write whose first attempt was applied but whose response was lost, the
+// retry fails the condition; the store then looks for its token (in the item DynamoDB returns
+// with the failed condition, or with a consistent GetItem where the endpoint returns none, or
+// when no attempt got an answer) and reports Advanced: the count is this caller's, applied
+// once. A condition failure without the token is a lost race: another writer passed seq
+// first, and this call counted nothing.
+func (s *Store) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (Result, error) {
+	const op = "advance watermark past lost span"
+	if err := shard.Validate(); err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
+	}
+	enc, err := seqnum.Encode(seq)
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
+	}
+	if lost < 1 {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: lost %d, want at least 1", op, shard, lost)
+	}
+	token, err := newToken()
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:           aws.String(s.table),
+		Key:                 key(shard),
+		UpdateExpression:    aws.String("SET #raw = :raw, #enc = :enc, #at = :at ADD #lost :lost, #tok :tok"),
+		ConditionExpression: aws.String("attribute_not_exists(#enc) OR #enc < :enc"),
+		ExpressionAttributeNames: map[string]string{"#raw": attrWatermark, "#enc": attrWatermarkEnc, "#at": attrWatermarkAt,
+			"#lost": attrLostToRetention, "#tok": attrLossTokens},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":raw":  &types.AttributeValueMemberS{Value: seq},
+			":enc":  &types.AttributeValueMemberS{Value: enc},
+			":at":   &types.AttributeValueMemberS{Value: s.timestamp()},
+			":lost": &types.AttributeValueMemberN{Value: strconv.FormatInt(lost, 10)},
+			":tok":  &types.AttributeValueMemberSS{Value: []string{token}},
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var failed *types.ConditionalCheckFailedException
+	var item map[string]types.AttributeValue
+	switch {
+	case err == nil:
+		return Result{Advanced: true}, nil
+	case errors.As(err, &failed):
+		item = failed.Item // nil where the endpoint does not return it (dynalite)
+	}
+	if item == nil {
+		// A failed condition without the item, or no answer at all (every attempt's response
+		// lost): the write may have been applied. Read the item to find out.
+		out, getErr := s.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
+		if getErr != nil {
+			// The write may be ours: an error, not a lost race. The caller's next advance
+			// finds the watermark where it is and counts nothing twice (the item's counter has
+			// the count if the write landed).
+			return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w (and the item could not be read: %v)", op, shard, seq, err, getErr)
+		}
+		item = out.Item
+	}
+	if tokens, ok := item[attrLossTokens].(*types.AttributeValueMemberSS); ok && slices.Contains(tokens.Value, token) {
+		return Result{Advanced: true, Previous: storedSeq(item, attrWatermarkEnc)}, nil
+	}
+	if failed == nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w", op, shard, seq, err)
+	}
+	return Result{Previous: storedSeq(item, attrWatermarkEnc)}, nil
+}
+
+// newToken returns a random identifier for one conditional write.
+func newToken() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 func (s *Store) advance(ctx context.Context, p position, shard recordid.Shard, seq string) (Result, error) {

@@ -51,6 +51,10 @@ type Faults struct {
 	Split          bool `json:"split"`           // split a shard when half the records are produced
 	KillReconciler bool `json:"kill_reconciler"` // kill the reconciler in the middle of its first replay
 	Race           bool `json:"race"`            // a second mapping, same function config and group, racing on one shard
+	// Expire gives the stream a short retention (internal/retention in front of kinesis-local,
+	// Config.Retention) and holds one shard's consumer back past it: its oldest records expire
+	// before any invocation. Not in DefaultFaults: it loses records by design.
+	Expire bool `json:"expire"`
 }
 
 // DefaultFaults has every fault on.
@@ -93,6 +97,9 @@ type Config struct {
 	// Baseline runs the mapping-alone variant before gapless.
 	Baseline bool
 	Runtime  string
+	// Retention is the stream's retention period under Faults.Expire (0: 30s). One shard's
+	// invocations are held for Retention plus 5s from the start of the run.
+	Retention time.Duration
 	// Timeout bounds the whole run (0: 10 minutes, plus Duration).
 	Timeout time.Duration
 	// ReportsDir receives demo-<timestamp>/ (default <repo>/reports).
@@ -130,6 +137,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Keys <= 0 {
 		c.Keys = 200
+	}
+	if c.Retention <= 0 {
+		c.Retention = 30 * time.Second
 	}
 	if c.Faults.SlowFor <= 0 {
 		c.Faults.SlowFor = 2 * c.FunctionTimeout

@@ -62,12 +62,15 @@ type Options struct {
 // Result is the outcome of a run. The top-level figures are gapless's; LostESMOnly is the
 // mapping alone's loss on the same workload (nil when that variant did not run).
 type Result struct {
-	Produced            int     `json:"produced"`
-	DeliveredUnique     int     `json:"delivered_unique"`
-	Duplicates          int     `json:"duplicates"`
-	Parked              int     `json:"parked"`
-	Lost                int     `json:"lost"`
-	LostESMOnly         *int    `json:"lost_esm_only"`
+	Produced        int  `json:"produced"`
+	DeliveredUnique int  `json:"delivered_unique"`
+	Duplicates      int  `json:"duplicates"`
+	Parked          int  `json:"parked"`
+	Lost            int  `json:"lost"`
+	LostESMOnly     *int `json:"lost_esm_only"`
+	// LostToRetention: records trimmed from the stream (--expire) before they were delivered
+	// or parked; not in Lost. Exact: the retention proxy knows every record it trimmed.
+	LostToRetention     int     `json:"lost_to_retention"`
 	GapsDetected        int     `json:"gaps_detected"`
 	GapsReplayed        int     `json:"gaps_replayed"`
 	DDBRequestsPerBatch float64 `json:"ddb_requests_per_batch"`
@@ -87,7 +90,9 @@ type Result struct {
 // OK reports whether gapless lost nothing and proved it: no record lost, every parked message
 // carrying the produced payload, and every shard verified before the deadline.
 func (r *Result) OK() bool {
-	return r.Gapless != nil && r.Lost == 0 && r.Verified && r.Gapless.ParkedBadPayload == 0
+	return r.Gapless != nil && r.Lost == 0 && r.Verified && r.Gapless.ParkedBadPayload == 0 &&
+		// a record lost to retention must have raised gapless's alarm (a counted span)
+		(r.Gapless.LostToRetention == 0 || r.Gapless.Reconciler.LostToRetention > 0)
 }
 
 // VariantResult is one variant's figures.
@@ -107,6 +112,12 @@ type VariantResult struct {
 	ParkedIDs []string `json:"parked_ids,omitempty"`
 	Lost      int      `json:"lost"`
 	LostIDs   []string `json:"lost_ids,omitempty"`
+	// LostToRetention counts the records (not in Lost) that expired from the stream before
+	// they were delivered or parked (--expire), named in LostToRetentionIDs.
+	LostToRetention    int      `json:"lost_to_retention"`
+	LostToRetentionIDs []string `json:"lost_to_retention_ids,omitempty"`
+	// HeldShard is the shard whose consumer --expire held back past the retention period.
+	HeldShard string `json:"held_shard,omitempty"`
 	// LostRecords says where the first lost records were in the stream.
 	LostRecords []LostRecord `json:"lost_records,omitempty"`
 	Unexpected  int          `json:"unexpected"`
@@ -167,7 +178,7 @@ type ReconcilerStats struct {
 	FailureDeleted     int `json:"failure_queue_deleted"`
 	FailureRetried     int `json:"failure_queue_retried"`
 	Crashes            int `json:"crashes"`
-	LostToRetention    int `json:"lost_to_retention"`
+	LostToRetention    int `json:"lost_to_retention"` // spans counted (the alarm's metric)
 	CheckpointWrites   int `json:"checkpoint_writes"`
 }
 
@@ -333,7 +344,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 	}
 	res.Gapless = gr
 	res.Produced, res.DeliveredUnique, res.Duplicates = gr.Produced, gr.DeliveredUnique, gr.Duplicates
-	res.Parked, res.Lost = gr.Parked, gr.Lost
+	res.Parked, res.Lost, res.LostToRetention = gr.Parked, gr.Lost, gr.LostToRetention
 	res.GapsDetected, res.GapsReplayed = gr.GapsDetected, gr.GapsReplayed
 	res.DDBRequestsPerBatch, res.DDBWCUPerRecord = gr.DDB.RequestsPerBatch, gr.DDB.WCUPerRecord
 	res.Verified = gr.Verified

@@ -191,3 +191,44 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("soak defaults: rate %d, records %d, timeout %s", soak.Rate, soak.Records, soak.Timeout)
 	}
 }
+
+// TestDemoExpire: issue 11 item 1. One shard's consumer is held back past a short stream
+// retention (internal/retention): the mapping alone loses its oldest records silently; gapless
+// loses the same kind of records (they expired unread) but counts them, exactly and by id, and
+// raises its alarm (a LostToRetention span); nothing else is lost.
+func TestDemoExpire(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end demo: skipped with -short")
+	}
+	cfg := DefaultConfig()
+	cfg.Records, cfg.Shards, cfg.Parallelization, cfg.Rate = 200, 3, 2, 25 // production takes 8 s
+	cfg.Faults = Faults{Expire: true}
+	cfg.Retention = 15 * time.Second // the held shard's records of the first 5 s expire
+	cfg.Timeout = 4 * time.Minute
+	cfg.ReportsDir = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg, Options{AWS: stacktest.Config(t), Endpoints: stackEndpoints(), Progress: testWriter{t}})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("\n%s", Table(res))
+	for _, v := range []*VariantResult{res.Baseline, res.Gapless} {
+		if v == nil {
+			t.Fatal("a variant did not run")
+		}
+		if v.Lost != 0 || v.LostToRetention == 0 || len(v.LostToRetentionIDs) != v.LostToRetention || v.HeldShard == "" {
+			t.Errorf("%s: lost %d, lost to retention %d (%d ids) on %q; want 0 lost and the held shard's oldest records lost to retention",
+				v.Name, v.Lost, v.LostToRetention, len(v.LostToRetentionIDs), v.HeldShard)
+		}
+		if v.DeliveredUnique+v.Parked+v.LostToRetention != v.Produced {
+			t.Errorf("%s: delivered %d + parked %d + lost to retention %d != produced %d", v.Name, v.DeliveredUnique, v.Parked, v.LostToRetention, v.Produced)
+		}
+	}
+	if res.Gapless.Reconciler.LostToRetention < 1 {
+		t.Errorf("gapless counted %d lost spans: its alarm stayed silent", res.Gapless.Reconciler.LostToRetention)
+	}
+	if !res.OK() || res.LostToRetention != res.Gapless.LostToRetention {
+		t.Errorf("OK %v, lost_to_retention %d", res.OK(), res.LostToRetention)
+	}
+}

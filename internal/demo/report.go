@@ -75,6 +75,8 @@ func rows(res *Result) [][3]string {
 		same("duplicates delivered", func(r *VariantResult) int { return r.Duplicates }),
 		row("parked (payload verified)", dash, num(func(r *VariantResult) int { return r.Parked })),
 		same("LOST", func(r *VariantResult) int { return r.Lost }),
+		same("lost to retention (records, --expire)", func(r *VariantResult) int { return r.LostToRetention }),
+		row("  alarmed: LostToRetention spans", dash, num(func(r *VariantResult) int { return r.Reconciler.LostToRetention })),
 		same("records given up by the mapping", func(r *VariantResult) int { return r.Mapping.RecordsGivenUp }),
 		row("gaps detected / replayed", dash, func(r *VariantResult) string { return fmt.Sprintf("%d / %d", r.GapsDetected, r.GapsReplayed) }),
 		row("DynamoDB requests per batch", dash, func(r *VariantResult) string { return fmt.Sprintf("%.2f", r.DDB.RequestsPerBatch) }),

@@ -19,6 +19,7 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 			r.PoisonProduced++
 		}
 	}
+	trimmed := v.trimmedBeforeEnd(ctx)
 	produced := map[string]bool{}
 	for _, w := range v.writes.records() {
 		produced[w.id] = true
@@ -33,6 +34,9 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 		case parked:
 			r.Parked++
 			r.ParkedIDs = append(r.ParkedIDs, w.id)
+		case trimmed[w.shard+"|"+w.seq]:
+			r.LostToRetention++
+			r.LostToRetentionIDs = append(r.LostToRetentionIDs, w.id)
 		default:
 			r.Lost++
 			r.LostRecords = append(r.LostRecords, LostRecord{ID: w.id, PartitionKey: w.key, ShardID: w.shard, Seq: w.seq})
@@ -49,6 +53,8 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 		}
 	}
 	sort.Strings(r.ParkedIDs)
+	sort.Strings(r.LostToRetentionIDs)
+	r.HeldShard = v.heldShard
 	r.Unexpected = v.target.Unique() - r.DeliveredUnique
 	r.Duplicates = v.target.Duplicates()
 	r.ParkedMessages = int(v.parkMsgs.Load())
@@ -111,6 +117,25 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 	}
 	r.Processes = v.rss.report()
 	return r
+}
+
+// trimmedBeforeEnd returns the records the retention proxy trimmed (--expire), keyed
+// "shard|sequence number"; nil without the fault. The horizon stopped moving when the held
+// shard was released, so only records older than the hold's end minus the retention are here.
+func (v *variant) trimmedBeforeEnd(ctx context.Context) map[string]bool {
+	if v.trim == nil {
+		return nil
+	}
+	recs, err := v.trim.Trimmed(ctx, v.stream)
+	if err != nil {
+		v.log.Error("listing the records the stream trimmed failed: they count as lost", "error", err.Error())
+		return nil
+	}
+	out := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		out[r.ShardID+"|"+r.SequenceNumber] = true
+	}
+	return out
 }
 
 // explainLoss adds what the ledger knows about a lost record, to tell a record gapless never

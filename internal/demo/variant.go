@@ -18,6 +18,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/esm"
 	"github.com/gapless-dev/gapless/internal/faultproxy"
 	"github.com/gapless-dev/gapless/internal/loadgen"
+	"github.com/gapless-dev/gapless/internal/retention"
 	"github.com/gapless-dev/gapless/internal/schema"
 )
 
@@ -56,8 +57,13 @@ type variant struct {
 	lateDrained atomic.Int64
 
 	fnDDB, fnSQS, recDDB, recSQS *faultproxy.Proxy
-	fnMeter, recMeter            *capacityMeter
-	fn                           functions
+	// trim gives the stream its retention under --expire (nil otherwise); heldShard is the shard
+	// whose invocations are held until heldUntil.
+	trim              *retention.Proxy
+	heldShard         string
+	heldUntil         time.Time
+	fnMeter, recMeter *capacityMeter
+	fn                functions
 
 	mu       sync.Mutex
 	mappings []*esm.Mapping
@@ -156,6 +162,12 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 		return nil, err
 	}
 	defer v.closeProxies()
+	if cfg.Faults.Expire {
+		if err := v.startRetention(ctx); err != nil {
+			return nil, err
+		}
+		defer v.trim.Close()
+	}
 	fn, err := v.e.newFunctions(ctx, v)
 	if err != nil {
 		return nil, err
@@ -215,9 +227,13 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 				return real(shardID, lane)
 			}
 		}
-		m, err := esm.New(v.e.direct.kin, v.e.direct.sqs, lanes, mcfg,
-			esm.WithObserver(v.observer(i)), esm.WithLogger(v.log.With("mapping", i)),
-			esm.WithShardDiscoveryInterval(500*time.Millisecond))
+		kin, opts := v.e.direct.kin, []esm.Option{esm.WithObserver(v.observer(i)), esm.WithLogger(v.log.With("mapping", i)),
+			esm.WithShardDiscoveryInterval(500 * time.Millisecond)}
+		if v.trim != nil {
+			kin = newClients(v.e.awsCfg, v.trim.URL(), "", "", true).kin
+			opts = append(opts, esm.WithRetention(cfg.Retention), esm.WithInvokeThrottle(v.held))
+		}
+		m, err := esm.New(kin, v.e.direct.sqs, lanes, mcfg, opts...)
 		if err != nil {
 			return err
 		}
@@ -452,7 +468,7 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 	return functionEnv{
 		awsCfg: v.e.awsCfg, group: group, stream: v.stream,
 		checkpointTable: v.checkpointTable, ledgerTable: v.ledgerTable,
-		targetURL: v.targetURL, parkedURL: v.parkedURL, kinesisURL: v.e.ep.Kinesis,
+		targetURL: v.targetURL, parkedURL: v.parkedURL, kinesisURL: v.kinesisURL(),
 		consumerDDB: v.fnDDB.URL(), consumerSQS: v.fnSQS.URL(),
 		reconcilerDDB: v.recDDB.URL(), reconcilerSQS: v.recSQS.URL(),
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),

@@ -72,6 +72,22 @@ func WithShardDiscoveryInterval(d time.Duration) Option {
 // WithRetryDelay sets the pause before a failed batch is retried (default 100ms).
 func WithRetryDelay(d time.Duration) Option { return func(m *Mapping) { m.retryDelay = d } }
 
+// WithRetention sets the stream's data retention period (default: the stream's
+// RetentionPeriodHours from DescribeStreamSummary). Records read but not yet done that become
+// older than this have expired from the stream: Lambda stops retrying them and moves on
+// (see lane.trimmed). Tests and the demo set a short period to match internal/retention.
+func WithRetention(d time.Duration) Option { return func(m *Mapping) { m.retention = d } }
+
+// WithInvokeThrottle makes invocations of a shard's batches wait while throttled(shardID) is
+// true, as when Lambda cannot invoke the function (throttling, reserved concurrency 0): "it
+// retries until the records expire or exceed the maximum age configured on the event source
+// mapping", without consuming MaximumRetryAttempts
+// (https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html, "Before
+// invocation"). The demo's retention fault holds one shard's consumer back this way.
+func WithInvokeThrottle(throttled func(shardID string) bool) Option {
+	return func(m *Mapping) { m.throttled = throttled }
+}
+
 // WithMaxBuffered bounds the records read but not yet done per shard; the reader pauses above
 // it (default 100,000).
 func WithMaxBuffered(n int) Option { return func(m *Mapping) { m.maxBuffered = n } }
@@ -87,6 +103,8 @@ type Mapping struct {
 	now     func() time.Time
 
 	drain       bool
+	retention   time.Duration // stream retention; 0 until describe reads it
+	throttled   func(shardID string) bool
 	discovery   time.Duration
 	retryDelay  time.Duration
 	maxBuffered int
@@ -299,6 +317,9 @@ func (m *Mapping) describe(ctx context.Context) error {
 		return fmt.Errorf("esm: stream %s has an unexpected ARN %q", m.cfg.StreamName, m.streamARN)
 	}
 	m.region, m.account = parts[3], parts[4]
+	if m.retention <= 0 {
+		m.retention = time.Duration(aws.ToInt32(out.StreamDescriptionSummary.RetentionPeriodHours)) * time.Hour
+	}
 	m.functionARN = fmt.Sprintf("arn:%s:lambda:%s:%s:function:%s", parts[1], m.region, m.account, m.cfg.FunctionName)
 	m.identityARN = fmt.Sprintf("arn:%s:iam::%s:role/%s-role", parts[1], m.account, m.cfg.FunctionName)
 	return nil

@@ -174,14 +174,11 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 		u := work[0]
 		work = work[1:]
 
-		if n := l.expired(u.recs); n > 0 {
-			if !l.giveUp(ctx, u.recs[:n], ConditionRecordAgeExceeded, u) {
-				return
-			}
-			u.recs = u.recs[n:]
-			if len(u.recs) == 0 {
-				continue
-			}
+		if !l.beforeInvoke(ctx, &u) {
+			return
+		}
+		if len(u.recs) == 0 {
+			continue
 		}
 
 		res := l.invoke(ctx, u)
@@ -243,6 +240,61 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 			work = append([]unit{u}, work...)
 		}
 	}
+}
+
+// beforeInvoke drops the head records of u that have expired from the stream or exceeded
+// MaximumRecordAge, and waits while the shard's invocations are throttled (checking again
+// after each wait: a throttled batch is retried until its records expire). It returns false
+// when ctx ended.
+func (l *lane) beforeInvoke(ctx context.Context, u *unit) bool {
+	m := l.s.m
+	for {
+		if n := l.trimmed(u.recs); n > 0 {
+			l.drop(ctx, u.recs[:n])
+			u.recs = u.recs[n:]
+		}
+		if n := l.expired(u.recs); n > 0 {
+			if !l.giveUp(ctx, u.recs[:n], ConditionRecordAgeExceeded, *u) {
+				return false
+			}
+			u.recs = u.recs[n:]
+		}
+		if len(u.recs) == 0 || m.throttled == nil || !m.throttled(l.s.id) {
+			return true
+		}
+		if sleep(ctx, m.cfg.PollInterval) != nil {
+			return false
+		}
+	}
+}
+
+// trimmed returns how many records at the head of recs are older than the stream's retention
+// period. Lambda "retries until the records expire" (kinesis-on-failure-destination, and
+// services-kinesis-parameters: with MaximumRecordAgeInSeconds -1 "Kinesis Data Streams data
+// retention settings still apply"), then discards them and continues with the batches after
+// them. AWS documents no OnFailure invocation record for records the stream itself trimmed;
+// chosen: none is sent, so the loss is silent here, the worst case a consumer must detect on
+// its own (gapless: the reconciler's LostToRetention).
+func (l *lane) trimmed(recs []*record) int {
+	m := l.s.m
+	if m.retention <= 0 {
+		return 0
+	}
+	now := m.now()
+	n := 0
+	for n < len(recs) && now.Sub(recs[n].arrival) > m.retention {
+		n++
+	}
+	return n
+}
+
+// drop discards records that expired from the stream and moves the checkpoint past them.
+func (l *lane) drop(ctx context.Context, recs []*record) {
+	m := l.s.m
+	m.emit(Event{Type: EventRecordsTrimmed, ShardID: l.s.id, Lane: l.idx, FirstSeq: recs[0].seq, LastSeq: recs[len(recs)-1].seq, Size: len(recs)})
+	m.log.WarnContext(ctx, "esm: records expired from the stream before they were processed", "shard_id", l.s.id, "lane", l.idx,
+		"sequence_number", recs[0].seq, "end_sequence_number", recs[len(recs)-1].seq, "records", len(recs))
+	l.checkpoint(recs[len(recs)-1].seq)
 }
 
 func (l *lane) exhausted(retries int) bool {

@@ -27,6 +27,9 @@ const (
 	// EventRecordsExpired: records older than MaximumRecordAge were dropped; Failure is the
 	// OnFailure message.
 	EventRecordsExpired EventType = "records_expired"
+	// EventRecordsTrimmed: records read but not done expired from the stream (its retention
+	// period passed) and were dropped without an OnFailure message; Size is their number.
+	EventRecordsTrimmed EventType = "records_trimmed"
 	// EventCheckpoint: a lane's checkpoint moved to Checkpoint (every record of the lane up to it
 	// is done: succeeded, expired or given up).
 	EventCheckpoint EventType = "checkpoint"

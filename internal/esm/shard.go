@@ -183,6 +183,15 @@ func (s *shardRun) iterator(ctx context.Context, pos, after string) (*string, er
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		var inval *kintypes.InvalidArgumentException
+		if after != "" && errors.As(err, &inval) {
+			// The records after the last one read have expired (Kinesis refuses a
+			// StartingSequenceNumber it can no longer serve): like Lambda, which discards expired
+			// records and continues with the stream, go on from the oldest record still held.
+			m.log.WarnContext(ctx, "esm: records expired from the stream before they were read", "shard_id", s.id, "sequence_number", after, "error", err)
+			in.ShardIteratorType, in.StartingSequenceNumber = kintypes.ShardIteratorTypeTrimHorizon, nil
+			continue
+		}
 		m.log.WarnContext(ctx, "esm: GetShardIterator failed", "shard_id", s.id, "sequence_number", after, "error", err)
 		if err := sleep(ctx, m.cfg.PollInterval); err != nil {
 			return nil, err

@@ -99,22 +99,31 @@ func (m *memKinesis) GetShardIterator(_ context.Context, in *kinesis.GetShardIte
 		return nil, err
 	}
 	idx := sh.trimmed
-	if in.ShardIteratorType == kintypes.ShardIteratorTypeAtSequenceNumber {
+	switch in.ShardIteratorType {
+	case kintypes.ShardIteratorTypeAtSequenceNumber, kintypes.ShardIteratorTypeAfterSequenceNumber:
 		seq := aws.ToString(in.StartingSequenceNumber)
 		if m.at != nil {
 			if idx, err = m.at(sh, seq); err != nil {
 				return nil, err
 			}
-		} else {
-			idx = -1
-			for i := sh.trimmed; i < len(sh.recs); i++ {
-				if aws.ToString(sh.recs[i].SequenceNumber) == seq {
-					idx = i
-				}
+			break
+		}
+		// As internal/retention over kinesis-local: the position of the record (after) seq;
+		// refused as trimmed when that record expired; refused as unknown when seq is no record.
+		idx = -1
+		for i := range sh.recs {
+			if aws.ToString(sh.recs[i].SequenceNumber) == seq {
+				idx = i
 			}
-			if idx < 0 {
-				return nil, &kintypes.ResourceNotFoundException{Message: aws.String("Unable to find record with provided SequenceNumber " + seq)}
-			}
+		}
+		if idx < 0 {
+			return nil, &kintypes.ResourceNotFoundException{Message: aws.String("Unable to find record with provided SequenceNumber " + seq)}
+		}
+		if in.ShardIteratorType == kintypes.ShardIteratorTypeAfterSequenceNumber {
+			idx++
+		}
+		if idx < sh.trimmed {
+			return nil, &kintypes.InvalidArgumentException{Message: aws.String("StartingSequenceNumber " + seq + " is older than the trim horizon")}
 		}
 	}
 	return &kinesis.GetShardIteratorOutput{ShardIterator: aws.String(sh.id + "|" + strconv.Itoa(idx))}, nil
@@ -219,6 +228,16 @@ func (c *memCheckpoints) AdvanceWatermark(_ context.Context, shard recordid.Shar
 	}
 	st.Watermark = seq
 	return checkpoint.Result{Advanced: true}, nil
+}
+
+func (c *memCheckpoints) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (checkpoint.Result, error) {
+	res, err := c.AdvanceWatermark(ctx, shard, seq)
+	if err == nil && res.Advanced {
+		c.mu.Lock()
+		c.get(shard).LostToRetention += lost
+		c.mu.Unlock()
+	}
+	return res, err
 }
 
 func (c *memCheckpoints) AddCounters(_ context.Context, shard recordid.Shard, n checkpoint.Counters) error {

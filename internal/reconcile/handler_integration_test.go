@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"slices"
 	"testing"
 	"time"
@@ -132,16 +131,22 @@ func TestFailureQueueMessagesReplayExactlyTheirRange(t *testing.T) {
 		}
 	})
 	t.Run("expired start is counted lost", func(t *testing.T) {
-		first, _ := new(big.Int).SetString(all[0].seq, 10)
-		gone := first.Sub(first, big.NewInt(1)).String()
-		resp := h.HandleSQS(ctx, sqsEvent(failureMessage(t, s.stream, shardID, gone, all[2].seq, 3)))
+		// Through internal/retention: the range's first records expired before anyone read them.
+		s := newStack(t, 1)
+		expire := s.trimmed()
+		gone := s.putN(2, "gone", keyMod(3), nil)
+		expire()
+		held := s.putN(2, "held", keyMod(3), nil)
+		var m emf
+		h := NewHandler(s.reconciler(s.pipeline(newRecorder().process, 3), Config{PageLimit: 4}), m.emitter(), discard())
+		resp := h.HandleSQS(ctx, sqsEvent(failureMessage(t, s.stream, gone[0].shard, gone[0].seq, held[1].seq, 4)))
 		if len(resp.BatchItemFailures) != 0 {
 			t.Fatalf("failures %v", resp.BatchItemFailures)
 		}
-		if l := m.last(t); l.Values["LostToRetention"] != 1 {
-			t.Errorf("metrics %v, want LostToRetention 1", l.Values)
+		if l := m.last(t); l.Values["LostToRetention"] != 1 || l.Values["GapsReplayed"] != 2 {
+			t.Errorf("metrics %v, want LostToRetention 1 and the 2 records held replayed", l.Values)
 		}
-		if st := s.state(shardID); st.LostToRetention != 1 {
+		if st := s.state(gone[0].shard); st.LostToRetention != 1 {
 			t.Errorf("lostToRetention on the item %d", st.LostToRetention)
 		}
 	})

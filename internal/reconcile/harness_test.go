@@ -37,6 +37,7 @@ type stack struct {
 	group     string
 	stream    string
 	cps       *checkpoint.Store
+	cpTable   string
 	ledger    *dedupe.Ledger
 	parkedURL string
 	parker    *park.Parker
@@ -46,9 +47,11 @@ func newStack(t *testing.T, shards int32) *stack {
 	t.Helper()
 	ddb := stacktest.DynamoDB(t)
 	name, _ := stacktest.Stream(t, shards)
+	cpTable := stacktest.CheckpointTable(t)
 	s := &stack{
 		t: t, kin: stacktest.Kinesis(t), sqs: stacktest.SQS(t), group: "g", stream: name,
-		cps:       checkpoint.New(ddb, stacktest.CheckpointTable(t)),
+		cps:       checkpoint.New(ddb, cpTable),
+		cpTable:   cpTable,
 		ledger:    dedupe.New(ddb, stacktest.LedgerTable(t), dedupe.WithLogger(slog.New(slog.DiscardHandler))),
 		parkedURL: stacktest.Queue(t, "parked", false),
 	}

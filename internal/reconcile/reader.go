@@ -21,8 +21,14 @@ type kinesisAPI interface {
 
 var _ kinesisAPI = (*kinesis.Client)(nil)
 
-// errTrimmed reports that the requested position is no longer in the stream.
+// errTrimmed reports that GetShardIterator refused a position because the records after it
+// have expired: proof that an unverified record was trimmed.
 var errTrimmed = errors.New("position older than the trim horizon")
+
+// errNoRecord reports that kinesis-local refused a sequence number it holds no record for (it
+// refuses any number that is not a record, e.g. a shard's starting or ending sequence number):
+// not proof that anything expired.
+var errNoRecord = errors.New("no record with that sequence number")
 
 // shardReader reads one shard from a starting position, pacing GetRecords calls so that the
 // reconciler leaves most of the shard's read capacity to the event-source mapping: a shard
@@ -36,6 +42,9 @@ type shardReader struct {
 	interval    time.Duration
 	bytesPerSec int64
 	limit       int32
+	// closed: the shard is known to be closed, so an empty page is never its end: only a nil
+	// NextShardIterator is (GetRecords returns empty pages mid-shard).
+	closed bool
 
 	iterator *string
 	nextAt   time.Time // earliest time of the next GetRecords call
@@ -43,19 +52,27 @@ type shardReader struct {
 	calls    int       // GetRecords calls made
 }
 
-// open positions the reader: AT_SEQUENCE_NUMBER seq, or TRIM_HORIZON when seq is empty.
-func (r *shardReader) open(ctx context.Context, seq string) error {
+// open positions the reader: typ AT_SEQUENCE_NUMBER or AFTER_SEQUENCE_NUMBER seq, or
+// TRIM_HORIZON when seq is empty.
+func (r *shardReader) open(ctx context.Context, typ types.ShardIteratorType, seq string) error {
 	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(r.stream), ShardId: aws.String(r.shardID)}
 	if seq == "" {
 		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
 	} else {
-		in.ShardIteratorType = types.ShardIteratorTypeAtSequenceNumber
+		in.ShardIteratorType = typ
 		in.StartingSequenceNumber = aws.String(seq)
 	}
 	out, err := r.kin.GetShardIterator(ctx, in)
 	if err != nil {
-		if seq != "" && positionGone(err) {
-			return fmt.Errorf("%w: shard %s at %s: %v", errTrimmed, r.shardID, seq, err)
+		if seq != "" {
+			var inval *types.InvalidArgumentException
+			var nf *types.ResourceNotFoundException
+			switch {
+			case errors.As(err, &inval):
+				return fmt.Errorf("%w: shard %s %s %s: %v", errTrimmed, r.shardID, typ, seq, err)
+			case errors.As(err, &nf) && strings.Contains(nf.ErrorMessage(), "Unable to find record"):
+				return fmt.Errorf("%w: shard %s %s %s: %v", errNoRecord, r.shardID, typ, seq, err)
+			}
 		}
 		return fmt.Errorf("reconcile: GetShardIterator %s %s: %w", r.shardID, in.ShardIteratorType, err)
 	}
@@ -64,22 +81,17 @@ func (r *shardReader) open(ctx context.Context, seq string) error {
 	return nil
 }
 
-// positionGone reports whether GetShardIterator refused a sequence number because the stream no
-// longer holds it. Kinesis answers InvalidArgumentException for a StartingSequenceNumber it
-// cannot serve (as handled in harlow/kinesis-consumer#175); kinesis-mock (kinesis-local) answers
-// ResourceNotFoundException "Unable to find record with provided SequenceNumber" for a sequence
-// number it does not hold. A ResourceNotFoundException for a missing stream or shard is not this.
-func positionGone(err error) bool {
-	var inval *types.InvalidArgumentException
-	if errors.As(err, &inval) {
-		return true
-	}
-	var nf *types.ResourceNotFoundException
-	return errors.As(err, &nf) && strings.Contains(nf.ErrorMessage(), "Unable to find record")
-}
+// Kinesis answers InvalidArgumentException for a StartingSequenceNumber it cannot serve
+// because the records after it expired (the only error the GetShardIterator API reference
+// documents for a bad position; consumers report it for expired checkpoints, as handled in
+// harlow/kinesis-consumer#175; internal/retention answers the same locally). kinesis-mock
+// (kinesis-local) answers ResourceNotFoundException "Unable to find record with provided
+// SequenceNumber" for any number it holds no record for; a ResourceNotFoundException for a
+// missing stream or shard is neither.
 
 // next returns the next page of records. caughtUp is true when the page is empty and the reader
-// is at the tip of an open shard (MillisBehindLatest 0) or at the end of a closed one (ended).
+// is at the end of a closed shard (ended: NextShardIterator nil) or, for a shard not known to
+// be closed, at the tip (MillisBehindLatest 0: "record processing is caught up").
 func (r *shardReader) next(ctx context.Context) (recs []types.Record, caughtUp bool, err error) {
 	if r.ended || r.iterator == nil {
 		return nil, true, nil
@@ -119,5 +131,5 @@ func (r *shardReader) next(ctx context.Context) (recs []types.Record, caughtUp b
 		r.ended = true
 	}
 	behind := aws.ToInt64(out.MillisBehindLatest)
-	return out.Records, len(out.Records) == 0 && (behind == 0 || r.ended), nil
+	return out.Records, len(out.Records) == 0 && (r.ended || (!r.closed && behind == 0)), nil
 }

@@ -42,6 +42,7 @@ const Source = pipeline.SourceReconciler
 type Checkpoints interface {
 	List(ctx context.Context, group, stream string) ([]checkpoint.State, error)
 	AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (checkpoint.Result, error)
+	AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (checkpoint.Result, error)
 	AddCounters(ctx context.Context, shard recordid.Shard, c checkpoint.Counters) error
 	MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error
 	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
@@ -205,9 +206,10 @@ func (rep *Report) add(s ShardReport, now time.Time) {
 }
 
 type shardInfo struct {
-	id        string
-	parents   []string
-	endingSeq string // set when the shard is closed
+	id          string
+	parents     []string
+	startingSeq string // SequenceNumberRange.StartingSequenceNumber: below every record of the shard
+	endingSeq   string // set when the shard is closed
 }
 
 // Run makes one scheduled pass over every shard of the stream still in retention. Work is
@@ -280,9 +282,9 @@ func (r *Reconciler) shard(id string) recordid.Shard {
 	return recordid.Shard{Group: r.cfg.Group, Stream: r.cfg.Stream, ShardID: id}
 }
 
-func (r *Reconciler) reader(shardID string) *shardReader {
+func (r *Reconciler) reader(shardID string, closed bool) *shardReader {
 	return &shardReader{kin: r.kin, stream: r.cfg.Stream, shardID: shardID, interval: r.cfg.ReadInterval,
-		bytesPerSec: r.cfg.ReadBytesPerSecond, limit: r.cfg.PageLimit}
+		bytesPerSec: r.cfg.ReadBytesPerSecond, limit: r.cfg.PageLimit, closed: closed}
 }
 
 // listShards returns every shard of the stream still in retention, open and closed.
@@ -302,6 +304,7 @@ func listShards(ctx context.Context, kin kinesisAPI, stream string) ([]shardInfo
 				}
 			}
 			if s.SequenceNumberRange != nil {
+				info.startingSeq = aws.ToString(s.SequenceNumberRange.StartingSequenceNumber)
 				info.endingSeq = aws.ToString(s.SequenceNumberRange.EndingSequenceNumber)
 			}
 			out = append(out, info)
@@ -397,8 +400,18 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	rep = ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark}
 	closed := sh.endingSeq != ""
 	upper := st.Checkpoint
+	shard := r.shard(sh.id)
 	switch {
 	case closed && st.Closed:
+		rep.Complete, rep.End = true, true
+		return rep, nil
+	case closed && st.Watermark == sh.endingSeq:
+		// Verified to its end by an earlier run whose MarkClosed failed: only the mark is
+		// missing. Reading after the ending sequence number would find nothing (kinesis-local
+		// refuses the number outright), and nothing there is a loss.
+		if err := r.cps.MarkClosed(ctx, shard, sh.endingSeq); err != nil {
+			return rep, fmt.Errorf("reconcile: mark %s closed: %w", sh.id, err)
+		}
 		rep.Complete, rep.End = true, true
 		return rep, nil
 	case closed && drained:
@@ -410,19 +423,13 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		rep.Complete = true
 		return rep, nil
 	}
-	shard := r.shard(sh.id)
-	rd := r.reader(sh.id)
+	rd := r.reader(sh.id, closed)
 	defer func() { rep.GetRecordsCalls = rd.calls }()
 	var counters checkpoint.Counters
 	defer r.addCounters(ctx, shard, &counters)
 
 	start := st.Watermark
-	var lost *lostSpan
-	err := rd.open(ctx, start)
-	if errors.Is(err, errTrimmed) {
-		lost = &lostSpan{from: start}
-		err = rd.open(ctx, "")
-	}
+	lost, err := r.open(ctx, rd, start, sh.startingSeq)
 	if err != nil {
 		if ctx.Err() != nil {
 			rep.Deferred = true
@@ -430,7 +437,6 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		}
 		return rep, err
 	}
-	expectFirst := start != "" && lost == nil // reading AT the watermark: its record comes first
 	cutoff := r.now().Add(-r.cfg.SettleAfter)
 	var lastVerifiedArrival time.Time
 	for {
@@ -448,15 +454,7 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			}
 			return rep, err
 		}
-		if expectFirst && len(recs) > 0 {
-			expectFirst = false
-			if aws.ToString(recs[0].SequenceNumber) == start {
-				recs = recs[1:]
-			} else {
-				// The watermark's own record is gone: the span after it expired unseen.
-				lost = &lostSpan{from: start}
-			}
-		}
+		recs = after(recs, start) // from the trim horizon after a refusal: the watermark covers these
 		if lost != nil && lost.to == "" && len(recs) > 0 {
 			lost.to, lost.toArrival = aws.ToString(recs[0].SequenceNumber), aws.ToTime(recs[0].ApproximateArrivalTimestamp)
 		}
@@ -464,12 +462,12 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		if len(page) > 0 {
 			verifiedTo, failedSeq, err := r.replayPage(ctx, shard, page, &rep, &counters)
 			if verifiedTo != "" {
-				advanced := r.advance(ctx, shard, verifiedTo, &rep)
 				if lost != nil && seqnum.Compare(verifiedTo, lost.to) >= 0 {
-					if advanced {
-						r.lost(ctx, &rep, &counters, *lost)
-					} // else another reconciler moved the watermark past the span and reported it
+					// The advance that passes the span carries its count (one conditional write).
+					r.advancePastLoss(ctx, shard, verifiedTo, &rep, *lost)
 					lost = nil
+				} else {
+					r.advance(ctx, shard, verifiedTo, &rep)
 				}
 				lastVerifiedArrival = arrivalOf(page, verifiedTo)
 			}
@@ -489,7 +487,7 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			// watermark with nothing held up to the checkpoint is all of (watermark, checkpoint].
 			rep.Complete = true
 			if lost != nil {
-				r.settleLost(ctx, shard, &rep, &counters, lost, upper)
+				r.settleLost(ctx, shard, &rep, lost, upper)
 			}
 			return rep, nil
 		case stop == unsettled:
@@ -498,12 +496,13 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 					"group", r.cfg.Group, "shard_id", sh.id, "lost_after_sequence_number", lost.from, "first_sequence_number_held", lost.to)
 			}
 			return rep, nil
-		case closed && (rd.ended || caughtUp):
-			// A closed shard read to its end: all its records are accounted for.
-			// Its ending sequence number bounds all its records (kinesis-local reports a smaller
-			// placeholder; the conditional advance then leaves the watermark where it is).
+		case closed && rd.ended:
+			// A closed shard read to its end (nil NextShardIterator; an empty page is not the
+			// end): all its records are accounted for. Its ending sequence number bounds all its
+			// records (kinesis-local reports a smaller placeholder; the conditional advance then
+			// leaves the watermark where it is).
 			if lost != nil {
-				r.settleLost(ctx, shard, &rep, &counters, lost, sh.endingSeq)
+				r.settleLost(ctx, shard, &rep, lost, sh.endingSeq)
 			} else {
 				r.advance(ctx, shard, sh.endingSeq, &rep)
 			}
@@ -512,14 +511,44 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			}
 			rep.Complete, rep.End = true, true
 			return rep, nil
-		case caughtUp || rd.ended: // ended: closed since ListShards; the next run sees it closed
+		case !closed && (caughtUp || rd.ended): // ended: closed since ListShards; the next run sees it closed
 			rep.Complete = true
 			if lost != nil && upper != "" {
-				r.settleLost(ctx, shard, &rep, &counters, lost, upper)
+				r.settleLost(ctx, shard, &rep, lost, upper)
 			}
 			return rep, nil
 		}
 	}
+}
+
+// open positions rd on the first record after the watermark (AFTER_SEQUENCE_NUMBER), or, for a
+// shard never verified, on its first record (AT_SEQUENCE_NUMBER its starting sequence number).
+// A refusal with InvalidArgumentException proves that the record after that position expired
+// unverified: the span is returned and the reader reopened at the trim horizon. Any other
+// refusal of the position (kinesis-local: "Unable to find record", for a number that is not a
+// record) proves nothing: the reader is reopened at the trim horizon with no span, and the
+// caller skips records up to the watermark.
+func (r *Reconciler) open(ctx context.Context, rd *shardReader, watermark, startingSeq string) (*lostSpan, error) {
+	typ, pos := types.ShardIteratorTypeAfterSequenceNumber, watermark
+	if pos == "" {
+		typ, pos = types.ShardIteratorTypeAtSequenceNumber, startingSeq
+	}
+	err := rd.open(ctx, typ, pos)
+	switch {
+	case errors.Is(err, errTrimmed):
+		return &lostSpan{from: pos}, rd.open(ctx, "", "")
+	case errors.Is(err, errNoRecord):
+		return nil, rd.open(ctx, "", "")
+	}
+	return nil, err
+}
+
+// after drops the leading records at or below seq ("" keeps all).
+func after(recs []types.Record, seq string) []types.Record {
+	for seq != "" && len(recs) > 0 && seqnum.Compare(aws.ToString(recs[0].SequenceNumber), seq) <= 0 {
+		recs = recs[1:]
+	}
+	return recs
 }
 
 // cut returns the leading records of recs that are within upper ("" = no bound) and older than
@@ -543,22 +572,40 @@ func (r *Reconciler) cut(recs []types.Record, upper string, open bool, cutoff ti
 
 // settleLost reports a lost span none of whose successors up to bound is held: every record
 // of the shard up to bound expired unseen, so the watermark moves to bound and the span is
-// counted, once (only the reconciler whose advance wins counts it).
-func (r *Reconciler) settleLost(ctx context.Context, shard recordid.Shard, rep *ShardReport, c *checkpoint.Counters, lost *lostSpan, bound string) {
+// counted with that move, once (only the reconciler whose advance wins counts it).
+func (r *Reconciler) settleLost(ctx context.Context, shard recordid.Shard, rep *ShardReport, lost *lostSpan, bound string) {
 	if rep.Watermark != "" && seqnum.Compare(bound, rep.Watermark) <= 0 {
-		r.lost(ctx, rep, c, *lost) // nothing to advance (a closed shard, marked closed next)
+		// Nothing to advance (a closed shard whose ending sequence number, as kinesis-local
+		// reports it, is below its records; it is marked closed next): the count is written on
+		// its own, at once.
+		if err := r.cps.AddCounters(context.WithoutCancel(ctx), shard, checkpoint.Counters{LostToRetention: 1}); err != nil {
+			r.log.WarnContext(ctx, "counting an expired span failed; it is counted again next run", "group", shard.Group, "shard_id", shard.ShardID, "error", err)
+			return
+		}
+		r.lost(ctx, rep, *lost)
 		return
 	}
-	res, err := r.cps.AdvanceWatermark(ctx, shard, bound)
+	r.advancePastLoss(ctx, shard, bound, rep, *lost)
+}
+
+// advancePastLoss moves the watermark to seq past a lost span and counts the span in the same
+// conditional write (checkpoint.Store.AdvanceWatermarkPastLoss), reporting it only when this
+// call's write happened (a retried write whose first attempt landed included).
+func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, seq string, rep *ShardReport, s lostSpan) {
+	res, err := r.cps.AdvanceWatermarkPastLoss(ctx, shard, seq, 1)
 	if err != nil {
+		// Not applied, or applied without an answer: the next run finds out (it reads after
+		// the stored watermark and counts the span only if its own advance passes it).
 		r.log.WarnContext(ctx, "advancing the verified watermark past an expired span failed; it is retried next run",
-			"group", shard.Group, "shard_id", shard.ShardID, "sequence_number", bound, "error", err)
+			"group", shard.Group, "shard_id", shard.ShardID, "sequence_number", seq, "error", err)
 		return
+	}
+	if res.Advanced || rep.Watermark == "" || seqnum.Compare(seq, rep.Watermark) > 0 {
+		rep.Watermark = seq
 	}
 	if res.Advanced {
-		rep.Watermark = bound
-		r.lost(ctx, rep, c, *lost)
-	}
+		r.lost(ctx, rep, s)
+	} // else another reconciler moved the watermark past the span first and counted it
 }
 
 func arrivalOf(page []types.Record, seq string) time.Time {
@@ -641,10 +688,10 @@ func (r *Reconciler) advance(ctx context.Context, shard recordid.Shard, seq stri
 	return res.Advanced
 }
 
-// lost counts and logs a span that expired from the stream before it was verified.
-func (r *Reconciler) lost(ctx context.Context, rep *ShardReport, c *checkpoint.Counters, s lostSpan) {
+// lost reports and logs a span that expired from the stream before it was verified (its count
+// on the checkpoint item is written by the caller, with the watermark move that passes it).
+func (r *Reconciler) lost(ctx context.Context, rep *ShardReport, s lostSpan) {
 	rep.LostSpans++
-	c.LostToRetention++
 	attrs := []any{"group", r.cfg.Group, "stream", r.cfg.Stream, "shard_id", rep.ShardID,
 		"lost_after_sequence_number", s.from, "first_sequence_number_held", s.to, "metric", "LostToRetention"}
 	if !s.toArrival.IsZero() {

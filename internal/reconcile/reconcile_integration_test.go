@@ -122,15 +122,23 @@ func TestSettleWindowLeavesYoungRecords(t *testing.T) {
 
 func TestRetentionLossCountedOnce(t *testing.T) {
 	s := newStack(t, 1)
-	all, missing := gapped(t, s, 20, func(i int) bool { return i >= 15 })
-	shardID := all[0].shard
-	// The watermark names a record the stream does not hold (as after the trim horizon passed
-	// it): kinesis-local refuses AT_SEQUENCE_NUMBER with "Unable to find record".
-	first, _ := new(big.Int).SetString(all[0].seq, 10)
-	gone := first.Sub(first, big.NewInt(1)).String()
-	if _, err := s.cps.AdvanceWatermark(context.Background(), s.shard(shardID), gone); err != nil {
+	// Through internal/retention: records 0-4 verified, 5-9 never consumed, the trim horizon
+	// passes 0-9, records 10-19 are held and 10-14 missing from the ledger.
+	expire := s.trimmed()
+	cons := s.pipeline(newRecorder().process, 3)
+	all := s.putN(5, "verified", keyMod(7), nil)
+	s.consume(cons, all)
+	if _, err := s.reconciler(s.pipeline(newRecorder().process, 3), Config{}).Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	all = append(all, s.putN(5, "lost", keyMod(7), nil)...)
+	expire()
+	missing := s.putN(5, "missing", keyMod(7), nil)
+	all = append(all, missing...)
+	done := s.putN(5, "done", keyMod(7), nil)
+	s.consume(cons, done)
+	all = append(all, done...)
+	shardID := all[0].shard
 	var logs logBuffer
 	rec := newRecorder()
 	r := s.reconciler(s.pipeline(rec.process, 3), Config{}, WithLogger(logs.logger()))
@@ -149,12 +157,12 @@ func TestRetentionLossCountedOnce(t *testing.T) {
 	errs := logs.lines("ERROR")
 	found := false
 	for _, l := range errs {
-		if l["shard_id"] == shardID && l["lost_after_sequence_number"] == gone && l["first_sequence_number_held"] == all[0].seq {
+		if l["shard_id"] == shardID && l["lost_after_sequence_number"] == all[4].seq && l["first_sequence_number_held"] == all[10].seq {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no ERROR line naming shard %s and the span after %s: %v", shardID, gone, errs)
+		t.Errorf("no ERROR line naming shard %s and the span after %s: %v", shardID, all[4].seq, errs)
 	}
 	// Counted once: the next run starts at the new watermark.
 	s.consume(s.pipeline(newRecorder().process, 3), s.putN(3, "more", keyMod(3), nil))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -368,8 +369,8 @@ func (d *Redriver) record(ctx context.Context, pm park.Message) (pipeline.Record
 		return rec, nil
 	}
 	rd := &shardReader{kin: d.kin, stream: pm.Stream, shardID: pm.ShardID, limit: 1}
-	err = rd.open(ctx, pm.Seq)
-	if errors.Is(err, errTrimmed) {
+	err = rd.open(ctx, types.ShardIteratorTypeAtSequenceNumber, pm.Seq)
+	if errors.Is(err, errTrimmed) || errors.Is(err, errNoRecord) {
 		return rec, fmt.Errorf("%w: %s: %v", ErrPayloadGone, pm.RecordID, err)
 	}
 	if err != nil {

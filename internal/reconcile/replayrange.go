@@ -30,11 +30,15 @@ var ErrInvalidRange = errors.New("reconcile: invalid replay range")
 // applies: the mapping has given up on the range. The watermark is not moved (the scheduled pass
 // does that, in order).
 //
-// When the start of the range has expired from the stream, the span up to the first record
-// still held is reported lost (logged at ERROR, counted in LostSpans and the shard's
-// lostToRetention counter) unless the verified watermark is already at or past to: then the
-// range was verified before it expired. The scheduled pass may report the same span again when
-// its own watermark reaches it; a lost span is an alarm, and both log lines name it.
+// A range below the shard's starting sequence number held nothing: it is accounted for, and
+// nothing is lost. When Kinesis refuses from because the records after it expired
+// (InvalidArgumentException), the span up to the first record still held is reported lost
+// (logged at ERROR, counted in LostSpans and, at once, in the shard's lostToRetention counter)
+// unless the verified watermark is already at or past to: then the range was verified before
+// it expired. Any other refusal of from (kinesis-local refuses every number that is not a
+// record) proves nothing: the range is read from the trim horizon. The scheduled pass may report
+// the same span again when its own watermark reaches it; a lost span is an alarm, and both log
+// lines name it.
 func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) (rep RangeReport, _ error) {
 	rep = RangeReport{ShardReport: ShardReport{ShardID: shardID}}
 	if err := (recordid.Shard{Group: r.cfg.Group, Stream: r.cfg.Stream, ShardID: shardID}).Validate(); err != nil {
@@ -51,34 +55,49 @@ func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) 
 	}
 	ctx, cancel := r.budget(ctx)
 	defer cancel()
+	shards, err := listShards(ctx, r.kin, r.cfg.Stream)
+	if err != nil {
+		return rep, err
+	}
+	// A shard no longer listed has left the stream with all its records; read it as if open
+	// (its reads fail, and the range stays with the caller).
+	var info shardInfo
+	for _, sh := range shards {
+		if sh.id == shardID {
+			info = sh
+		}
+	}
+	if info.startingSeq != "" {
+		if seqnum.Compare(to, info.startingSeq) < 0 {
+			rep.Accounted = true // the whole range lies below the shard's first sequence number
+			return rep, nil
+		}
+		if seqnum.Compare(from, info.startingSeq) < 0 {
+			from = info.startingSeq
+		}
+	}
 	shard := r.shard(shardID)
 	var counters checkpoint.Counters
 	defer r.addCounters(ctx, shard, &counters)
-	rd := r.reader(shardID)
+	rd := r.reader(shardID, info.endingSeq != "")
 	defer func() { rep.GetRecordsCalls = rd.calls }()
 
 	var lost *lostSpan
-	err := rd.open(ctx, from)
-	if errors.Is(err, errTrimmed) {
+	err = rd.open(ctx, types.ShardIteratorTypeAtSequenceNumber, from)
+	switch {
+	case errors.Is(err, errTrimmed):
 		lost = &lostSpan{from: from}
-		err = rd.open(ctx, "")
+		err = rd.open(ctx, "", "")
+	case errors.Is(err, errNoRecord):
+		err = rd.open(ctx, "", "")
 	}
 	if err != nil {
 		return rep, err
 	}
-	expectFirst := lost == nil
 	for {
 		recs, caughtUp, err := rd.next(ctx)
 		if err != nil {
 			return rep, err
-		}
-		if expectFirst && len(recs) > 0 {
-			expectFirst = false
-			// AT_SEQUENCE_NUMBER of a record the mapping delivered returns that record first;
-			// anything else means the start of the range expired.
-			if aws.ToString(recs[0].SequenceNumber) != from {
-				lost = &lostSpan{from: from}
-			}
 		}
 		// After a reopen at the trim horizon, records before the range are not ours.
 		for len(recs) > 0 && seqnum.Compare(aws.ToString(recs[0].SequenceNumber), from) < 0 {
@@ -86,7 +105,7 @@ func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) 
 		}
 		if lost != nil && lost.to == "" && len(recs) > 0 {
 			lost.to, lost.toArrival = aws.ToString(recs[0].SequenceNumber), aws.ToTime(recs[0].ApproximateArrivalTimestamp)
-			if err := r.reportRangeLoss(ctx, &rep, &counters, lost, to); err != nil {
+			if err := r.reportRangeLoss(ctx, &rep, lost, to); err != nil {
 				return rep, err
 			}
 			lost = nil
@@ -112,10 +131,11 @@ func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) 
 			r.report(shardID, page, &rep.ShardReport)
 		}
 		if past || rd.ended || caughtUp {
-			// Past the range, at the end of a closed shard, or at the tip of an open one (Kinesis
-			// holds nothing between the tip and to): every record of the range is accounted for.
+			// Past the range, at the end of a closed shard (nil NextShardIterator), or at the tip
+			// of an open one (Kinesis holds nothing between the tip and to): every record of the
+			// range is accounted for. An empty page of a closed shard is not its end.
 			if lost != nil { // nothing at all held after the expired start
-				if err := r.reportRangeLoss(ctx, &rep, &counters, lost, to); err != nil {
+				if err := r.reportRangeLoss(ctx, &rep, lost, to); err != nil {
 					return rep, err
 				}
 			}
@@ -126,8 +146,9 @@ func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) 
 }
 
 // reportRangeLoss counts a span of a replayed range that expired, unless the scheduled pass had
-// verified the range (watermark at or past to) before it expired.
-func (r *Reconciler) reportRangeLoss(ctx context.Context, rep *RangeReport, c *checkpoint.Counters, lost *lostSpan, to string) error {
+// verified the range (watermark at or past to) before it expired. ReplayRange moves no
+// watermark, so the count is written at once, before the range is reported accounted for.
+func (r *Reconciler) reportRangeLoss(ctx context.Context, rep *RangeReport, lost *lostSpan, to string) error {
 	states, err := r.cps.List(ctx, r.cfg.Group, r.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("reconcile: list checkpoints: %w", err)
@@ -139,6 +160,9 @@ func (r *Reconciler) reportRangeLoss(ctx context.Context, rep *RangeReport, c *c
 			return nil
 		}
 	}
-	r.lost(ctx, &rep.ShardReport, c, *lost)
+	if err := r.cps.AddCounters(ctx, r.shard(rep.ShardID), checkpoint.Counters{LostToRetention: 1}); err != nil {
+		return fmt.Errorf("reconcile: count expired span of %s: %w", rep.ShardID, err)
+	}
+	r.lost(ctx, &rep.ShardReport, *lost)
 	return nil
 }

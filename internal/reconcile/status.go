@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/pipeline"
@@ -169,16 +170,15 @@ func inspectShard(ctx context.Context, kin kinesisAPI, ledger LedgerReader, cfg 
 	case upper == "", st.Watermark != "" && seqnum.Compare(st.Watermark, upper) >= 0:
 		return nil
 	}
-	rd := &shardReader{kin: kin, stream: cfg.Stream, shardID: sh.id, interval: cfg.ReadInterval, limit: 10000}
-	err := rd.open(ctx, st.Watermark)
-	if errors.Is(err, errTrimmed) {
-		ss.Trimmed = true
-		err = rd.open(ctx, "")
+	rd := &shardReader{kin: kin, stream: cfg.Stream, shardID: sh.id, interval: cfg.ReadInterval, limit: 10000, closed: sh.endingSeq != ""}
+	err := rd.open(ctx, types.ShardIteratorTypeAfterSequenceNumber, st.Watermark)
+	if errors.Is(err, errTrimmed) || errors.Is(err, errNoRecord) {
+		ss.Trimmed = errors.Is(err, errTrimmed)
+		err = rd.open(ctx, "", "")
 	}
 	if err != nil {
 		return err
 	}
-	skipFirst := st.Watermark != "" && !ss.Trimmed
 	now := cfg.Now()
 	shard := recordid.Shard{Group: cfg.Group, Stream: cfg.Stream, ShardID: sh.id}
 	for ss.LagRecords < cfg.MaxRecords {
@@ -186,14 +186,7 @@ func inspectShard(ctx context.Context, kin kinesisAPI, ledger LedgerReader, cfg 
 		if err != nil {
 			return err
 		}
-		if skipFirst && len(recs) > 0 {
-			skipFirst = false
-			if aws.ToString(recs[0].SequenceNumber) == st.Watermark {
-				recs = recs[1:]
-			} else {
-				ss.Trimmed = true
-			}
-		}
+		recs = after(recs, st.Watermark) // read from the trim horizon: skip what the watermark covers
 		stop := false
 		for i, rec := range recs {
 			if upper != "" && seqnum.Compare(aws.ToString(rec.SequenceNumber), upper) > 0 {

@@ -26,25 +26,34 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func key3(i int) string { return fmt.Sprintf("k%d", i%3) }
 
-func TestPositionGone(t *testing.T) {
+func TestRefusalClassified(t *testing.T) {
 	wrap := func(err error) error {
 		return &smithy.OperationError{ServiceID: "Kinesis", OperationName: "GetShardIterator", Err: err}
 	}
 	tests := []struct {
 		name string
 		err  error
-		want bool
+		want error // errTrimmed, errNoRecord or nil (neither)
 	}{
-		{"kinesis: invalid argument", wrap(&kintypes.InvalidArgumentException{Message: aws.String("StartingSequenceNumber ... is not valid")}), true},
-		{"kinesis-local: unable to find record", wrap(&kintypes.ResourceNotFoundException{Message: aws.String("Unable to find record with provided SequenceNumber 1")}), true},
-		{"missing shard", wrap(&kintypes.ResourceNotFoundException{Message: aws.String("Shard shardId-000000000009 not found")}), false},
-		{"throttled", wrap(&kintypes.ProvisionedThroughputExceededException{Message: aws.String("slow down")}), false},
-		{"other", errBoom, false},
+		{"kinesis: invalid argument", wrap(&kintypes.InvalidArgumentException{Message: aws.String("StartingSequenceNumber ... is not valid")}), errTrimmed},
+		{"kinesis-local: unable to find record", wrap(&kintypes.ResourceNotFoundException{Message: aws.String("Unable to find record with provided SequenceNumber 1")}), errNoRecord},
+		{"missing shard", wrap(&kintypes.ResourceNotFoundException{Message: aws.String("Shard shardId-000000000009 not found")}), nil},
+		{"throttled", wrap(&kintypes.ProvisionedThroughputExceededException{Message: aws.String("slow down")}), nil},
+		{"other", errBoom, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := positionGone(tt.err); got != tt.want {
-				t.Errorf("positionGone = %v, want %v", got, tt.want)
+			kin := newMemKinesis((&memShard{id: "shardId-0"}).addRecords(0, 1, time.Now(), key3))
+			kin.at = func(*memShard, string) (int, error) { return 0, tt.err }
+			rd := &shardReader{kin: kin, stream: "s", shardID: "shardId-0"}
+			err := rd.open(context.Background(), kintypes.ShardIteratorTypeAfterSequenceNumber, fakeSeq(0))
+			for _, sentinel := range []error{errTrimmed, errNoRecord} {
+				if errors.Is(err, sentinel) != (tt.want == sentinel) {
+					t.Errorf("open: %v; is %v = %v", err, sentinel, errors.Is(err, sentinel))
+				}
+			}
+			if err == nil {
+				t.Error("no error")
 			}
 		})
 	}
@@ -109,10 +118,16 @@ func TestWatermarkRecordGone(t *testing.T) {
 		{"refused", func(*memShard, string) (int, error) {
 			return 0, &kintypes.InvalidArgumentException{Message: aws.String("not valid")}
 		}, 3, 1, 3},
-		// ...or serve it from the trim horizon: the first record is not the watermark's.
-		{"served from the trim horizon", func(sh *memShard, _ string) (int, error) { return sh.trimmed, nil }, 3, 1, 3},
-		// The watermark's record is still there: nothing lost.
+		// The records after the watermark are still there: nothing lost.
 		{"held", nil, 0, 0, 2},
+		// The watermark's own record expired, the one after it is held: nothing lost.
+		{"only the watermark's record expired", nil, 2, 0, 2},
+		// The record after the watermark expired (as internal/retention answers).
+		{"the record after it expired", nil, 3, 1, 3},
+		// kinesis-local refuses a number that is no record: no proof of expiry, no loss.
+		{"not a record", func(*memShard, string) (int, error) {
+			return 0, &kintypes.ResourceNotFoundException{Message: aws.String("Unable to find record with provided SequenceNumber 1")}
+		}, 0, 0, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -463,7 +478,7 @@ func TestReaderPacesBySize(t *testing.T) {
 		sh.recs = append(sh.recs, kintypes.Record{SequenceNumber: aws.String(fakeSeq(i)), PartitionKey: aws.String("k"), Data: make([]byte, 512<<10)})
 	}
 	rd := &shardReader{kin: newMemKinesis(sh), stream: ustream, shardID: sh.id, interval: time.Millisecond, bytesPerSec: 1 << 20, limit: 4}
-	if err := rd.open(context.Background(), ""); err != nil {
+	if err := rd.open(context.Background(), "", ""); err != nil {
 		t.Fatal(err)
 	}
 	before := time.Now()

@@ -1,0 +1,109 @@
+package checkpoint_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/faultproxy"
+	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+)
+
+// TestAdvanceWatermarkPastLoss: the count of a lost span is written with the watermark advance
+// that passes it, exactly once, whatever happens to the response.
+func TestAdvanceWatermarkPastLoss(t *testing.T) {
+	ctx := context.Background()
+	table := stacktest.CheckpointTable(t)
+	direct := checkpoint.New(stacktest.DynamoDB(t), table)
+
+	cases := []struct {
+		name         string
+		rules        []faultproxy.Rule
+		stored       string // watermark already stored before the call ("" none)
+		wantAdvanced bool
+		wantLost     int64
+		wantErr      bool
+	}{
+		{name: "fresh item", wantAdvanced: true, wantLost: 1},
+		{name: "behind the offered value", stored: seq56a, wantAdvanced: true, wantLost: 1},
+		{name: "lost race: another writer passed it", stored: seq129, wantLost: 0},
+		// Item 11 of issue 11: the update is applied, its response is lost, the SDK's retry
+		// fails the condition. The write is this caller's: Advanced, counted once.
+		{name: "response dropped once", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropAfterForward, Rate: 1, Count: 1}},
+			wantAdvanced: true, wantLost: 1},
+		{name: "response dropped twice", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropAfterForward, Rate: 1, Count: 2}},
+			wantAdvanced: true, wantLost: 1},
+		// Applied by the first attempt, no attempt answered: the store reads its token back.
+		{name: "every response dropped", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropAfterForward, Rate: 1}},
+			wantAdvanced: true, wantLost: 1},
+		// Never forwarded: nothing happened, the caller sees an error and counts nothing.
+		{name: "never reached the table", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropBeforeForward, Rate: 1}},
+			wantErr: true, wantLost: 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			store, p := proxiedStore(t, table, 3, 1)
+			shard := newShard(t)
+			if tc.stored != "" {
+				if _, err := direct.AdvanceWatermark(ctx, shard, tc.stored); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.SetRules(tc.rules...)
+			res, err := store.AdvanceWatermarkPastLoss(ctx, shard, seq56b, 1)
+			if (err != nil) != tc.wantErr || res.Advanced != tc.wantAdvanced {
+				t.Fatalf("res %+v err %v; want advanced %v, error %v", res, err, tc.wantAdvanced, tc.wantErr)
+			}
+			st, err := direct.Get(ctx, shard)
+			if tc.wantErr && tc.stored == "" {
+				if err == nil {
+					t.Fatalf("state %+v after a write that never reached the table", st)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.LostToRetention != tc.wantLost {
+				t.Errorf("lostToRetention %d, want %d", st.LostToRetention, tc.wantLost)
+			}
+			if tc.wantAdvanced && st.Watermark != seq56b {
+				t.Errorf("watermark %s, want %s", st.Watermark, seq56b)
+			}
+		})
+	}
+}
+
+// TestAdvanceWatermarkPastLossRace: many writers pass the same span; exactly one counts it.
+func TestAdvanceWatermarkPastLossRace(t *testing.T) {
+	requireAtomicItemWrites(t)
+	ctx := context.Background()
+	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
+	shard := newShard(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	advanced := 0
+	for range 8 {
+		wg.Go(func() {
+			res, err := store.AdvanceWatermarkPastLoss(ctx, shard, seq56b, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Advanced {
+				mu.Lock()
+				advanced++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	st, err := store.Get(ctx, shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if advanced != 1 || st.LostToRetention != 1 {
+		t.Errorf("%d callers reported the advance, lostToRetention %d; want 1 and 1", advanced, st.LostToRetention)
+	}
+}
