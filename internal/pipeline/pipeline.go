@@ -63,6 +63,10 @@ var (
 	// ErrKeyBlocked is the failure of records not started because an earlier record of the same
 	// partition key failed in this batch.
 	ErrKeyBlocked = errors.New("pipeline: not started, an earlier record of its partition key failed")
+	// ErrRecordFault: a Claimer wraps it in an error the record itself causes (a business key
+	// that can never be claimed). Such a failure counts as an attempt, so the record is parked
+	// after MaxRecordAttempts; any other claim error (a throttle, an outage) counts nothing.
+	ErrRecordFault = errors.New("pipeline: the record's own fault")
 )
 
 // Sources of a batch, written to the ledger and to parked messages.
@@ -239,7 +243,8 @@ type Failure struct {
 	ID  recordid.ID
 	Err error
 	// Attempted: Process ran (or the record failed to decode) and failed; counted as an attempt.
-	// False for records not started (deadline, key blocked) or whose business-key claim failed.
+	// False for records not started (deadline, key blocked) or whose business-key claim failed
+	// for a reason other than the record's own (ErrRecordFault).
 	Attempted bool
 	Attempts  int // attempts so far including this one, when Attempted
 }
@@ -426,23 +431,29 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, o *outcome)
 				log.DebugContext(ctx, "no business key in payload: processing without key dedupe", "dedupe_key", p.cfg.DedupeKey)
 			} else {
 				dup, cerr := p.claimer.Claim(procCtx, r.b.Shard.Group, key, rec.ID)
-				if cerr != nil {
+				switch {
+				case errors.Is(cerr, ErrRecordFault):
+					// The record's own fault: an attempt like a failed Process (counted below),
+					// so the record is parked after the maximum instead of blocking its key.
+					err = fmt.Errorf("claim business key: %w", cerr)
+				case cerr != nil:
 					// Not the record's fault: fail it (retried later) without counting an attempt,
 					// and never skip it.
 					recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
 					o.status, o.err = statusFailed, fmt.Errorf("claim business key: %w", cerr)
 					return
-				}
-				if dup {
+				case dup:
 					recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
 					o.status = statusKeyDup
 					return
 				}
 			}
 		}
-		if err = p.call(procCtx, r.log, rec); err == nil {
-			o.status = statusProcessed
-			return
+		if err == nil {
+			if err = p.call(procCtx, r.log, rec); err == nil {
+				o.status = statusProcessed
+				return
+			}
 		}
 	}
 	log = recordLogger(r.log, rec)
