@@ -32,6 +32,7 @@ var errTrimmed = errors.New("position older than the trim horizon")
 type shardReader struct {
 	kin         kinesisAPI
 	stream      string
+	streamARN   string // when set, used instead of stream (see Config.StreamARN)
 	shardID     string
 	interval    time.Duration
 	bytesPerSec int64
@@ -45,7 +46,8 @@ type shardReader struct {
 
 // open positions the reader: AT_SEQUENCE_NUMBER seq, or TRIM_HORIZON when seq is empty.
 func (r *shardReader) open(ctx context.Context, seq string) error {
-	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(r.stream), ShardId: aws.String(r.shardID)}
+	in := &kinesis.GetShardIteratorInput{ShardId: aws.String(r.shardID)}
+	in.StreamName, in.StreamARN = streamRef(r.stream, r.streamARN)
 	if seq == "" {
 		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
 	} else {
@@ -96,6 +98,9 @@ func (r *shardReader) next(ctx context.Context) (recs []types.Record, caughtUp b
 	start := time.Now()
 	r.calls++
 	in := &kinesis.GetRecordsInput{ShardIterator: r.iterator}
+	if r.streamARN != "" {
+		in.StreamARN = aws.String(r.streamARN)
+	}
 	if r.limit > 0 {
 		in.Limit = aws.Int32(r.limit)
 	}
