@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -193,6 +194,18 @@ func TestAlarmsForSilentFailures(t *testing.T) {
 				t.Errorf("conditional: every deployment needs it")
 			}
 		})
+	}
+	// VerifiedLagAlarm breaches on missing data: its window must hold at least two scheduled
+	// passes, or a healthy reconciler on the default schedule would alarm.
+	m := regexp.MustCompile(`^rate\((\d+) minutes?\)$`).FindStringSubmatch(c.paramDefault("ReconcileSchedule"))
+	if m == nil {
+		t.Fatalf("ReconcileSchedule default %q: want rate(N minutes)", c.paramDefault("ReconcileSchedule"))
+	}
+	every, _ := strconv.Atoi(m[1])
+	period, _ := strconv.Atoi(scalar(c.prop("VerifiedLagAlarm", "Period")))
+	evals, _ := strconv.Atoi(scalar(c.prop("VerifiedLagAlarm", "EvaluationPeriods")))
+	if period*evals < 2*every*60 {
+		t.Errorf("VerifiedLagAlarm window %ds holds fewer than two passes every %d minutes", period*evals, every)
 	}
 	// The parked-queue age alarm must leave time to act before SQS deletes the message.
 	threshold, err := strconv.Atoi(scalar(c.prop("ParkedQueueAgeAlarm", "Threshold")))
