@@ -152,7 +152,9 @@ var (
 		"ConsumerFunction": commonEnv,
 		"ReconcilerFunction": with(commonEnv, map[string][]string{
 			// the created stream's name, or the name part of StreamArn
-			config.EnvStreamName:  {"Stream", "StreamArn"},
+			config.EnvStreamName: {"Stream", "StreamArn"},
+			// the stream's ARN: Kinesis calls name it so, as a stream in another account requires
+			config.EnvStreamARN:   {"Stream.Arn", "StreamArn"},
 			config.EnvSettleAfter: {"SettleAfter"},
 		}),
 	}
@@ -226,6 +228,8 @@ func TestDefaultsLoad(t *testing.T) {
 				out[name] = alts[0].Value
 			case p != "" && get(c.root, "Parameters", p) != nil:
 				out[name] = defaults[p]
+			case name == config.EnvStreamARN: // the ARN of the stream named by STREAM_NAME
+				out[name] = "arn:aws:kinesis:us-east-1:111122223333:stream/placeholder-" + strings.ToLower(config.EnvStreamName)
 			default: // a resource: table name, queue URL, stream name
 				out[name] = "placeholder-" + strings.ToLower(name)
 			}
@@ -428,7 +432,8 @@ func TestConsumerMapping(t *testing.T) {
 			t.Errorf("mapping %s comes from %q, want parameter %s", prop, got, param)
 		}
 	}
-	if got := targets(get(ev, "Stream")); !slices.Equal(got, []string{"Stream.Arn", "StreamArn"}) {
+	// The stream, or (EnhancedFanOut) the registered consumer the mapping reads through.
+	if got := targets(get(ev, "Stream")); !slices.Equal(got, []string{"Stream.Arn", "StreamArn", "StreamConsumer.ConsumerARN"}) {
 		t.Errorf("mapping Stream = %v", got)
 	}
 	if c.paramOf(c.prop("ConsumerFunction", "Timeout")) != "ConsumerTimeoutSeconds" {
@@ -539,8 +544,13 @@ func wantGrants() map[string]grants {
 		g.add(streamRead, "Stream.Arn", "StreamArn")
 		g.add([]string{"kms:Decrypt"}, "StreamKey.Arn", "StreamKmsKeyArn")
 		g.add(stateRW, "CheckpointTable.Arn", "LedgerTable.Arn")
+		// A customer managed table key (TableKmsKeyArn), used through DynamoDB only.
+		g.add([]string{"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey"}, "TableKmsKeyArn")
 		g.add([]string{"sqs:SendMessage"}, "ParkedQueue.Arn", "TargetQueue.Arn")
 	}
+	// Enhanced fan-out: the mapping subscribes through the registered consumer with the
+	// consumer's role.
+	consumer.add([]string{"kinesis:SubscribeToShard", "kinesis:DescribeStreamConsumer"}, "StreamConsumer.ConsumerARN")
 	// The mapping sends on-failure records with the consumer's role.
 	consumer.add([]string{"sqs:SendMessage"}, "FailureQueue.Arn")
 	// The SQS event source polls the failure queue with the reconciler's role.

@@ -40,7 +40,7 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*rec
 		return nil, err
 	}
 	r, err := reconcile.New(kinesis.NewFromConfig(parts.AWS), parts.Checkpoints, parts.Pipeline,
-		reconcile.Config{Group: cfg.Group, Stream: cfg.StreamName, SettleAfter: cfg.SettleAfter},
+		reconcile.Config{Group: cfg.Group, Stream: cfg.StreamName, StreamARN: cfg.StreamARN, SettleAfter: cfg.SettleAfter},
 		reconcile.WithLogger(parts.Logger))
 	if err != nil {
 		return nil, err

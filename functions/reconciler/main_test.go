@@ -48,9 +48,17 @@ func TestSetup(t *testing.T) {
 	if _, err := setup(context.Background(), env(fullEnv()), &bytes.Buffer{}); err != nil {
 		t.Fatalf("complete configuration: %v", err)
 	}
+	byARN := fullEnv()
+	delete(byARN, config.EnvStreamName)
+	byARN[config.EnvStreamARN] = "arn:aws:kinesis:us-east-1:111122223333:stream/stream"
+	if _, err := setup(context.Background(), env(byARN), &bytes.Buffer{}); err != nil {
+		t.Fatalf("stream given by ARN only: %v", err)
+	}
 	for _, tc := range []struct{ name, key, value string }{
 		{"missing stream", config.EnvStreamName, ""},
 		{"bad stream", config.EnvStreamName, "a|b"},
+		{"bad stream arn", config.EnvStreamARN, "stream/orders"},
+		{"stream arn of another stream", config.EnvStreamARN, "arn:aws:kinesis:us-east-1:111122223333:stream/other"},
 		{"bad settle window", config.EnvSettleAfter, "soon"},
 		{"missing ledger", config.EnvDedupeTable, ""},
 	} {

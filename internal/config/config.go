@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ const (
 	EnvLogPayloads       = "LOG_PAYLOADS"
 	EnvDeadlineMargin    = "DEADLINE_MARGIN"
 	EnvStreamName        = "STREAM_NAME"
+	EnvStreamARN         = "STREAM_ARN"
 	EnvSettleAfter       = "SETTLE_AFTER"
 )
 
@@ -41,7 +43,12 @@ const (
 	DefaultSettleAfter       = 30 * time.Minute
 )
 
-// ConsumerRequired and ReconcilerRequired list the variables without defaults.
+// StreamARNPattern matches a Kinesis data stream ARN of any partition, region and account; the
+// submatch is the stream name. template.yaml's StreamArn parameter uses the same pattern.
+var StreamARNPattern = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/([a-zA-Z0-9_.-]{1,128})$`)
+
+// ConsumerRequired and ReconcilerRequired list the variables without defaults. The reconciler
+// takes STREAM_ARN in place of STREAM_NAME too (see LoadReconciler).
 var (
 	ConsumerRequired   = []string{EnvGroup, EnvCheckpointTable, EnvDedupeTable, EnvParkedQueueURL, EnvTargetQueueURL}
 	ReconcilerRequired = append(append([]string(nil), ConsumerRequired...), EnvStreamName)
@@ -71,7 +78,11 @@ type Consumer struct {
 // Reconciler is the reconciler function's configuration.
 type Reconciler struct {
 	Common
+	// StreamName names the stream in the state keys: STREAM_NAME, or the name part of STREAM_ARN.
 	StreamName string
+	// StreamARN (STREAM_ARN, optional) names the stream in every Kinesis call: a stream in
+	// another account is reachable only by ARN (through its resource-based policy).
+	StreamARN string
 	// SettleAfter: only records older than this are judged gaps (see MinSettle).
 	SettleAfter time.Duration
 }
@@ -88,8 +99,20 @@ func LoadReconciler(getenv func(string) string) (Reconciler, error) {
 	p := parser{getenv: getenv}
 	r := Reconciler{
 		Common:      p.common(),
-		StreamName:  p.required(EnvStreamName),
+		StreamName:  strings.TrimSpace(getenv(EnvStreamName)),
+		StreamARN:   strings.TrimSpace(getenv(EnvStreamARN)),
 		SettleAfter: p.duration(EnvSettleAfter, DefaultSettleAfter),
+	}
+	switch m := StreamARNPattern.FindStringSubmatch(r.StreamARN); {
+	case r.StreamARN == "" && r.StreamName == "":
+		p.errs = append(p.errs, fmt.Errorf("%w: %s is required (or %s)", ErrInvalid, EnvStreamName, EnvStreamARN))
+	case r.StreamARN == "":
+	case m == nil:
+		p.fail(EnvStreamARN, r.StreamARN, "is not a Kinesis data stream ARN (arn:aws:kinesis:<region>:<account>:stream/<name>)")
+	case r.StreamName != "" && r.StreamName != m[1]:
+		p.fail(EnvStreamName, r.StreamName, "names another stream than "+EnvStreamARN+"="+r.StreamARN)
+	default:
+		r.StreamName = m[1]
 	}
 	if r.StreamName != "" {
 		if err := (recordid.Shard{Group: "g", Stream: r.StreamName, ShardID: "s"}).Validate(); err != nil {

@@ -95,3 +95,42 @@ func TestMinSettle(t *testing.T) {
 		t.Fatal("the default settle window is shorter than the minimum for a 60s function")
 	}
 }
+
+// TestLoadReconcilerStreamARN: STREAM_ARN (a stream in any account) replaces or accompanies
+// STREAM_NAME; errors name the variable at fault.
+func TestLoadReconcilerStreamARN(t *testing.T) {
+	const arn = "arn:aws:kinesis:eu-west-1:111122223333:stream/orders-stream"
+	tests := []struct {
+		name          string
+		streamName    string
+		streamARN     string
+		wantName      string
+		wantErrNaming string
+	}{
+		{"name only", "orders-stream", "", "orders-stream", ""},
+		{"arn only: name from the arn", "", arn, "orders-stream", ""},
+		{"both agree", "orders-stream", arn, "orders-stream", ""},
+		{"other partition", "", "arn:aws-cn:kinesis:cn-north-1:111122223333:stream/s.1_x-y", "s.1_x-y", ""},
+		{"both disagree", "other", arn, "", EnvStreamName},
+		{"not an arn", "", "orders-stream", "", EnvStreamARN},
+		{"a consumer arn", "", arn + "/consumer/c:1", "", EnvStreamARN},
+		{"an sqs arn", "", "arn:aws:sqs:eu-west-1:111122223333:orders", "", EnvStreamARN},
+		{"neither", "", "", "", EnvStreamARN},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := base()
+			m[EnvStreamName], m[EnvStreamARN] = tt.streamName, tt.streamARN
+			r, err := LoadReconciler(env(m))
+			if tt.wantErrNaming != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.wantErrNaming) {
+					t.Fatalf("err %v, want one naming %s", err, tt.wantErrNaming)
+				}
+				return
+			}
+			if err != nil || r.StreamName != tt.wantName || r.StreamARN != tt.streamARN {
+				t.Fatalf("got name %q arn %q, %v; want name %q arn %q", r.StreamName, r.StreamARN, err, tt.wantName, tt.streamARN)
+			}
+		})
+	}
+}

@@ -2,6 +2,8 @@ package dedupe
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -19,8 +21,18 @@ import (
 // claimSortKey is the sort key of every claim item.
 const claimSortKey = "K"
 
+// First parts of claim partition keys: the key itself, or its SHA-256 (see claimPartitionKey).
+const (
+	claimPrefix       = "K"
+	claimHashedPrefix = "KH"
+)
+
 // maxPartitionKeyBytes is DynamoDB's limit on a partition key value.
 const maxPartitionKeyBytes = 2048
+
+// ErrInvalidKey: a business key that can never be claimed (the empty key). It is the record's
+// own fault, unlike a throttle or an outage: retrying cannot help. Wrapped together with ErrInvalid.
+var ErrInvalidKey = errors.New("dedupe: invalid business key")
 
 // claimTries bounds the claim/read-back loop when the competing claim vanishes (expires or is
 // deleted) between the failed put and the read.
@@ -35,7 +47,8 @@ type ClaimResult struct {
 }
 
 // Claim claims a business key of a consumer group for record id with one conditional PutItem
-// (partition "K|group|key", sort key "K"): it succeeds when the key is unclaimed, already
+// (partition "K|group|key", or "KH|group|sha256" for a key too long for DynamoDB;
+// sort key "K"): it succeeds when the key is unclaimed, already
 // claimed by the same id (a retry of the same record, not a duplicate) or the claim has
 // expired. Otherwise the result is Duplicate with the current owner, read from the failed
 // condition's item (ReturnValuesOnConditionCheckFailure) or, where the endpoint does not return
@@ -101,21 +114,25 @@ func (l *Ledger) Claim(ctx context.Context, group, bizKey string, id recordid.ID
 	return ClaimResult{}, fmt.Errorf("dedupe: claim %s for %s: competing claim kept changing after %d tries", pk, me, claimTries)
 }
 
-// claimPartitionKey validates group and key and builds the claim partition key.
+// claimPartitionKey validates group and key and builds the claim partition key: "K|group|key"
+// when that is valid UTF-8 and fits DynamoDB's 2,048-byte partition key (readable in the table),
+// otherwise "KH|group|" + hex(SHA-256(key)). Keys of any length and any bytes can be claimed: a
+// key that could never be claimed would fail its record forever. The two forms cannot collide
+// (their first parts differ and a group holds no separator); two long keys collide only if
+// SHA-256 does.
 func claimPartitionKey(group, bizKey string) (string, error) {
 	switch {
-	case group == "" || strings.Contains(group, recordid.Separator):
+	case group == "" || strings.Contains(group, recordid.Separator) || !utf8.ValidString(group):
 		return "", fmt.Errorf("%w: group %q", ErrInvalid, group)
 	case bizKey == "":
-		return "", fmt.Errorf("%w: empty business key", ErrInvalid)
-	case !utf8.ValidString(bizKey) || !utf8.ValidString(group):
-		return "", fmt.Errorf("%w: business key is not valid UTF-8", ErrInvalid)
+		return "", fmt.Errorf("%w: %w: empty business key", ErrInvalid, ErrInvalidKey)
 	}
-	pk := "K" + recordid.Separator + group + recordid.Separator + bizKey
-	if len(pk) > maxPartitionKeyBytes {
-		return "", fmt.Errorf("%w: business key of %d bytes exceeds DynamoDB's %d-byte partition key", ErrInvalid, len(bizKey), maxPartitionKeyBytes)
+	pk := claimPrefix + recordid.Separator + group + recordid.Separator + bizKey
+	if len(pk) <= maxPartitionKeyBytes && utf8.ValidString(bizKey) {
+		return pk, nil
 	}
-	return pk, nil
+	sum := sha256.Sum256([]byte(bizKey))
+	return claimHashedPrefix + recordid.Separator + group + recordid.Separator + hex.EncodeToString(sum[:]), nil
 }
 
 func claimExpired(it map[string]types.AttributeValue, now int64) bool {

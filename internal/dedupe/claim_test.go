@@ -170,9 +170,9 @@ func TestClaimErrors(t *testing.T) {
 		is     error
 	}{
 		{"empty key", fakeDynamo{}, "app", "", rid("1", 0), ErrInvalid},
+		{"empty key is the key's fault", fakeDynamo{}, "app", "", rid("1", 0), ErrInvalidKey},
 		{"bad group", fakeDynamo{}, "a|b", "k", rid("1", 0), ErrInvalid},
-		{"invalid utf-8", fakeDynamo{}, "app", "\xff", rid("1", 0), ErrInvalid},
-		{"key too long", fakeDynamo{}, "app", strings.Repeat("k", 2048), rid("1", 0), ErrInvalid},
+		{"invalid utf-8 group", fakeDynamo{}, "\xff", "k", rid("1", 0), ErrInvalid},
 		{"bad id", fakeDynamo{}, "app", "k", rid("01", 0), ErrInvalid},
 		{"corrupt owner", corrupt, "app", "k", rid("1", 0), ErrCorrupt},
 		{"put error", failing, "app", "k", rid("1", 0), boom},
@@ -184,5 +184,61 @@ func TestClaimErrors(t *testing.T) {
 				t.Fatalf("Claim = %v, want %v", err, tt.is)
 			}
 		})
+	}
+}
+
+// TestClaimKeysOfAnyLength: a business key of any length (or bytes that are not UTF-8) claims,
+// dedupes and stays distinct from every other key, against the real table. A key that made the
+// partition key exceed DynamoDB's 2,048-byte limit used to fail every claim, so its record
+// could never be processed or parked.
+func TestClaimKeysOfAnyLength(t *testing.T) {
+	ctx := context.Background()
+	l, client, _, table := newStackLedger(t)
+	long := func(n int, last string) string { return strings.Repeat("k", n-len(last)) + last }
+	keys := []string{
+		"order-1",
+		long(2048-len("K|app|"), "a"), // exactly at the limit: stays readable
+		long(2048-len("K|app|")+1, "a"),
+		long(2048-len("K|app|")+1, "b"), // differs from the previous only in its last byte
+		long(4096, "a"),
+		long(100_000, "a"),
+		"\xff\xfe not utf-8",
+		"\xff\xfd not utf-8",
+	}
+	for i, key := range keys {
+		first, second := rid(seqAt(int64(2*i+1)), 0), rid(seqAt(int64(2*i+2)), 0)
+		got, err := l.Claim(ctx, "app", key, first)
+		if err != nil {
+			t.Fatalf("key %d (%d bytes): first claim: %v", i, len(key), err)
+		}
+		if got != (ClaimResult{Owner: first}) {
+			t.Fatalf("key %d (%d bytes): first claim = %+v: another key's claim collided with it", i, len(key), got)
+		}
+		if got, err = l.Claim(ctx, "app", key, first); err != nil || got != (ClaimResult{Owner: first}) {
+			t.Fatalf("key %d: retry by the owner = %+v, %v", i, got, err)
+		}
+		if got, err = l.Claim(ctx, "app", key, second); err != nil || got != (ClaimResult{Duplicate: true, Owner: first}) {
+			t.Fatalf("key %d: claim by another record = %+v, %v; want a duplicate of %v", i, got, err, first)
+		}
+	}
+	// Short keys stay readable in the table (an operator can find them); every partition key
+	// fits DynamoDB's limit.
+	out, err := client.Scan(ctx, &dynamodb.ScanInput{TableName: &table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readable := false
+	for _, it := range out.Items {
+		pk, _ := it[schema.PartitionKey].(*types.AttributeValueMemberS)
+		if pk == nil {
+			continue
+		}
+		if len(pk.Value) > maxPartitionKeyBytes {
+			t.Errorf("partition key of %d bytes stored", len(pk.Value))
+		}
+		readable = readable || pk.Value == "K|app|order-1"
+	}
+	if !readable {
+		t.Errorf("short key not stored readable as K|app|order-1")
 	}
 }

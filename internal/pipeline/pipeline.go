@@ -90,6 +90,10 @@ var (
 	// ErrDied is the last error of a record parked because the invocations that ran it died
 	// (crash, kill, timeout): its message is what the parked message carries.
 	ErrDied = errors.New("invocation died: timeout/crash")
+	// ErrRecordFault: a Claimer wraps it in an error the record itself causes (a business key
+	// that can never be claimed). Such a failure counts as an attempt, so the record is parked
+	// after MaxRecordAttempts; any other claim error (a throttle, an outage) counts nothing.
+	ErrRecordFault = errors.New("pipeline: the record's own fault")
 )
 
 // In-flight marker timing.
@@ -323,7 +327,8 @@ type Failure struct {
 	ID  recordid.ID
 	Err error
 	// Attempted: Process ran (or the record failed to decode) and failed; counted as an attempt.
-	// False for records not started (deadline, key blocked) or whose business-key claim failed.
+	// False for records not started (deadline, key blocked) or whose business-key claim failed
+	// for a reason other than the record's own (ErrRecordFault).
 	Attempted bool
 	Attempts  int // attempts so far including this one, when Attempted
 }
@@ -905,23 +910,29 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, i int, o *o
 				log.DebugContext(ctx, "no business key in payload: processing without key dedupe", "dedupe_key", p.cfg.DedupeKey)
 			} else {
 				dup, cerr := p.claimer.Claim(procCtx, r.b.Shard.Group, key, rec.ID)
-				if cerr != nil {
+				switch {
+				case errors.Is(cerr, ErrRecordFault):
+					// The record's own fault: an attempt like a failed Process (counted below),
+					// so the record is parked after the maximum instead of blocking its key.
+					err = fmt.Errorf("claim business key: %w", cerr)
+				case cerr != nil:
 					// Not the record's fault: fail it (retried later) without counting an attempt,
 					// and never skip it.
 					recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
 					o.status, o.err = statusFailed, fmt.Errorf("claim business key: %w", cerr)
 					return
-				}
-				if dup {
+				case dup:
 					recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
 					o.status = statusKeyDup
 					return
 				}
 			}
 		}
-		if err = p.call(procCtx, r.log, rec); err == nil {
-			o.status = statusProcessed
-			return
+		if err == nil {
+			if err = p.call(procCtx, r.log, rec); err == nil {
+				o.status = statusProcessed
+				return
+			}
 		}
 	}
 	o.attempted, o.err = true, err

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
@@ -616,6 +617,40 @@ func TestBusinessKeyDedupe(t *testing.T) {
 			t.Errorf("result = %+v", res)
 		}
 	})
+	t.Run("claim error that is the record's fault counts as an attempt and parks it", func(t *testing.T) {
+		// Only an error wrapping ErrRecordFault: retrying cannot help, so the record must move
+		// on (parked with its payload) instead of blocking its key forever. A throttle (above)
+		// still counts nothing.
+		e4 := newEnv()
+		e4.ledger.Fail = func(op string) error {
+			if op == "claim" {
+				return fmt.Errorf("key can never be claimed: %w", pipeline.ErrRecordFault)
+			}
+			return nil
+		}
+		rec4 := &recorder{}
+		one := batch(1, oneKey)
+		one.Records[0].Data = []byte(`{"order":{"id":"D"}}`)
+		p := e4.pipeline(t, rec4.process, c, pipeline.WithClaimer(e4.ledger))
+		for attempt := 1; attempt <= c.MaxRecordAttempts; attempt++ {
+			res, err := p.Run(context.Background(), one)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if attempt < c.MaxRecordAttempts && (res.Failed != 1 || res.FailedAttempts != 1) {
+				t.Fatalf("attempt %d: result = %+v, want one failed attempt", attempt, res)
+			}
+			if attempt == c.MaxRecordAttempts && (res.Parked != 1 || res.Failed != 0) {
+				t.Fatalf("attempt %d: result = %+v, want the record parked", attempt, res)
+			}
+		}
+		if len(rec4.calls) != 0 {
+			t.Error("Process ran for a record whose key could not be claimed")
+		}
+		if got := e4.parker.Records(); len(got) != 1 || !strings.Contains(got[0].LastError, "claim business key") {
+			t.Errorf("parked %+v, want the record with the claim error as its last error", got)
+		}
+	})
 }
 
 func TestLedgerFailures(t *testing.T) {
@@ -732,5 +767,19 @@ func TestPayloadLoggingIsOptIn(t *testing.T) {
 		if got := strings.Contains(e.logs.String(), "SECRET-PAYLOAD"); got != logPayloads {
 			t.Errorf("LogPayloads=%v: payload in logs = %v", logPayloads, got)
 		}
+	}
+}
+
+// TestDedupeLedgerClaimFault: the adapter marks exactly the ledger's "key can never be claimed"
+// error as the record's fault. (The empty key is refused before any DynamoDB call.)
+func TestDedupeLedgerClaimFault(t *testing.T) {
+	d := pipeline.DedupeLedger{L: dedupe.New(nil, "t")}
+	_, err := d.Claim(context.Background(), "g", "", id(1))
+	if !errors.Is(err, pipeline.ErrRecordFault) || !errors.Is(err, dedupe.ErrInvalidKey) {
+		t.Fatalf("empty key: %v, want ErrRecordFault wrapping dedupe.ErrInvalidKey", err)
+	}
+	_, err = d.Claim(context.Background(), "bad|group", "k", id(1))
+	if err == nil || errors.Is(err, pipeline.ErrRecordFault) {
+		t.Fatalf("invalid group: %v, want an error that is not the record's fault", err)
 	}
 }

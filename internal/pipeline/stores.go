@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/dedupe"
@@ -62,9 +64,13 @@ func (d DedupeLedger) Unmark(ctx context.Context, shard recordid.Shard, m Marker
 	return d.L.Unmark(ctx, shard, m.Last, m.Nonce)
 }
 
-// Claim implements Claimer.
+// Claim implements Claimer. A key the ledger can never claim (dedupe.ErrInvalidKey) is the
+// record's fault (ErrRecordFault); every other error is not.
 func (d DedupeLedger) Claim(ctx context.Context, group, key string, id recordid.ID) (bool, error) {
 	r, err := d.L.Claim(ctx, group, key, id)
+	if errors.Is(err, dedupe.ErrInvalidKey) {
+		return false, fmt.Errorf("%w: %w", ErrRecordFault, err)
+	}
 	if err != nil {
 		return false, err
 	}

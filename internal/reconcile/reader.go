@@ -38,6 +38,7 @@ var errNoRecord = errors.New("no record with that sequence number")
 type shardReader struct {
 	kin         kinesisAPI
 	stream      string
+	streamARN   string // when set, used instead of stream (see Config.StreamARN)
 	shardID     string
 	interval    time.Duration
 	bytesPerSec int64
@@ -55,7 +56,8 @@ type shardReader struct {
 // open positions the reader: typ AT_SEQUENCE_NUMBER or AFTER_SEQUENCE_NUMBER seq, or
 // TRIM_HORIZON when seq is empty.
 func (r *shardReader) open(ctx context.Context, typ types.ShardIteratorType, seq string) error {
-	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(r.stream), ShardId: aws.String(r.shardID)}
+	in := &kinesis.GetShardIteratorInput{ShardId: aws.String(r.shardID)}
+	in.StreamName, in.StreamARN = streamRef(r.stream, r.streamARN)
 	if seq == "" {
 		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
 	} else {
@@ -108,6 +110,9 @@ func (r *shardReader) next(ctx context.Context) (recs []types.Record, caughtUp b
 	start := time.Now()
 	r.calls++
 	in := &kinesis.GetRecordsInput{ShardIterator: r.iterator}
+	if r.streamARN != "" {
+		in.StreamARN = aws.String(r.streamARN)
+	}
 	if r.limit > 0 {
 		in.Limit = aws.Int32(r.limit)
 	}

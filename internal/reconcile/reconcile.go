@@ -61,6 +61,11 @@ var _ Replayer = (*pipeline.Pipeline)(nil)
 type Config struct {
 	Group  string
 	Stream string
+	// StreamARN, when set, names the stream in every Kinesis call instead of Stream: a stream
+	// in another account is reachable only by ARN, through its resource-based policy (Kinesis
+	// Data Streams developer guide, "Share access using resource-based policies"). Stream still
+	// names the state.
+	StreamARN string
 	// SettleAfter: records younger than this are left alone (they may be in flight). See
 	// config.MinSettle for the shortest safe value for a mapping.
 	SettleAfter time.Duration
@@ -220,7 +225,7 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	ctx, cancel := r.budget(ctx)
 	defer cancel()
 	var rep Report
-	shards, err := listShards(ctx, r.kin, r.cfg.Stream)
+	shards, err := listShards(ctx, r.kin, r.cfg.Stream, r.cfg.StreamARN)
 	if err != nil {
 		return rep, err
 	}
@@ -283,14 +288,15 @@ func (r *Reconciler) shard(id string) recordid.Shard {
 }
 
 func (r *Reconciler) reader(shardID string, closed bool) *shardReader {
-	return &shardReader{kin: r.kin, stream: r.cfg.Stream, shardID: shardID, interval: r.cfg.ReadInterval,
+	return &shardReader{kin: r.kin, stream: r.cfg.Stream, streamARN: r.cfg.StreamARN, shardID: shardID, interval: r.cfg.ReadInterval,
 		bytesPerSec: r.cfg.ReadBytesPerSecond, limit: r.cfg.PageLimit, closed: closed}
 }
 
 // listShards returns every shard of the stream still in retention, open and closed.
-func listShards(ctx context.Context, kin kinesisAPI, stream string) ([]shardInfo, error) {
+func listShards(ctx context.Context, kin kinesisAPI, stream, streamARN string) ([]shardInfo, error) {
 	var out []shardInfo
-	in := &kinesis.ListShardsInput{StreamName: aws.String(stream)}
+	in := &kinesis.ListShardsInput{}
+	in.StreamName, in.StreamARN = streamRef(stream, streamARN)
 	for {
 		page, err := kin.ListShards(ctx, in)
 		if err != nil {
@@ -315,6 +321,15 @@ func listShards(ctx context.Context, kin kinesisAPI, stream string) ([]shardInfo
 		// NextToken carries the stream: ListShards rejects StreamName alongside it.
 		in = &kinesis.ListShardsInput{NextToken: page.NextToken}
 	}
+}
+
+// streamRef names the stream for a Kinesis call: by ARN when one is configured, else by name
+// (the APIs take one or the other).
+func streamRef(name, arn string) (streamName, streamARN *string) {
+	if arn != "" {
+		return nil, aws.String(arn)
+	}
+	return aws.String(name), nil
 }
 
 // drainedShards reports, per closed shard, whether the mapping has moved past it: some

@@ -55,7 +55,7 @@ func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) 
 	}
 	ctx, cancel := r.budget(ctx)
 	defer cancel()
-	shards, err := listShards(ctx, r.kin, r.cfg.Stream)
+	shards, err := listShards(ctx, r.kin, r.cfg.Stream, r.cfg.StreamARN)
 	if err != nil {
 		return rep, err
 	}

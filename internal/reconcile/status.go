@@ -105,7 +105,7 @@ func Status(ctx context.Context, kin kinesisAPI, cps CheckpointLister, ledger Le
 	if err := (recordid.Shard{Group: cfg.Group, Stream: cfg.Stream, ShardID: "s"}).Validate(); err != nil {
 		return StreamStatus{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	shards, err := listShards(ctx, kin, cfg.Stream)
+	shards, err := listShards(ctx, kin, cfg.Stream, "")
 	if err != nil {
 		return StreamStatus{}, err
 	}
