@@ -10,21 +10,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
 	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/localstack"
 	"github.com/gapless-dev/gapless/internal/rie"
-	"github.com/gapless-dev/gapless/internal/schema"
 )
 
 func init() {
@@ -132,7 +124,9 @@ func runInvoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		env[k] = v
 	}
 	for k, v := range stackEnv { // endpoints, region and local credentials of the stack
-		env[k] = v
+		if strings.HasPrefix(k, "AWS_") { // not its GAPLESS_GROUP etc.: env.json decides those
+			env[k] = v
+		}
 	}
 	env["AWS_LAMBDA_FUNCTION_NAME"] = o.function
 
@@ -192,13 +186,9 @@ func buildFunction(ctx context.Context, root, pkgDir, out string, stderr io.Writ
 
 // readEnvSection reads one function's variables from a `sam local invoke --env-vars` file.
 func readEnvSection(file, function string) (map[string]string, error) {
-	b, err := os.ReadFile(file)
+	all, err := localstack.ReadEnvFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("env file: %w", err)
-	}
-	var all map[string]map[string]string
-	if err := json.Unmarshal(b, &all); err != nil {
-		return nil, fmt.Errorf("env file %s: %w", file, err)
+		return nil, err
 	}
 	sec, ok := all[function]
 	if !ok {
@@ -238,63 +228,21 @@ func readStackEnv(file string) (map[string]string, error) {
 }
 
 // ensureResources creates what the function's variables name on the local stack when it is
-// missing: the two tables, the parked and target queues (their URLs in fnEnv are replaced by
-// the stack's, so env.json's default port does not have to match) and, for the reconciler,
-// the stream (one shard).
+// missing (localstack.Ensure: the tables, the parked and target queues and the stream), and
+// replaces the queue URLs in fnEnv by the stack's, so env.json's do not have to match the
+// stack's port or backend.
 func ensureResources(ctx context.Context, stackEnv, fnEnv map[string]string, stderr io.Writer) error {
-	region := stackEnv["AWS_REGION"]
-	if region == "" {
-		region = "us-east-1"
-	}
-	creds := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-		return aws.Credentials{AccessKeyID: stackEnv["AWS_ACCESS_KEY_ID"], SecretAccessKey: stackEnv["AWS_SECRET_ACCESS_KEY"], Source: "stack.env"}, nil
-	})
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region), awsconfig.WithCredentialsProvider(creds))
+	ready, err := localstack.Ensure(ctx, stackEnv, localstack.ResourcesFromEnv(fnEnv))
 	if err != nil {
 		return err
 	}
-	var tables []schema.Table
-	if n := fnEnv[config.EnvCheckpointTable]; n != "" {
-		tables = append(tables, schema.CheckpointTable(n))
+	if ready.ParkedQueueURL != "" {
+		fnEnv[config.EnvParkedQueueURL] = ready.ParkedQueueURL
 	}
-	if n := fnEnv[config.EnvDedupeTable]; n != "" {
-		tables = append(tables, schema.LedgerTable(n))
+	if ready.TargetQueueURL != "" {
+		fnEnv[config.EnvTargetQueueURL] = ready.TargetQueueURL
 	}
-	ddb := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(stackEnv["AWS_ENDPOINT_URL_DYNAMODB"]) })
-	if err := schema.EnsureTables(ctx, ddb, tables...); err != nil {
-		return err
-	}
-	sqsClient := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(stackEnv["AWS_ENDPOINT_URL_SQS"]) })
-	for _, v := range []string{config.EnvParkedQueueURL, config.EnvTargetQueueURL} {
-		u := fnEnv[v]
-		if u == "" {
-			continue
-		}
-		q := schema.Queue{Name: path.Base(u), FIFO: strings.HasSuffix(u, ".fifo")}
-		if v == config.EnvParkedQueueURL {
-			q.RetentionSeconds = schema.ParkedRetentionSeconds
-		}
-		url, err := schema.EnsureQueue(ctx, sqsClient, q)
-		if err != nil {
-			return err
-		}
-		fnEnv[v] = url
-	}
-	if name := fnEnv[config.EnvStreamName]; name != "" {
-		if stackEnv["AWS_ENDPOINT_URL_KINESIS"] == "" {
-			return fmt.Errorf("%s=%s needs Kinesis, and the local stack has no Kinesis endpoint", config.EnvStreamName, name)
-		}
-		kc := kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String(stackEnv["AWS_ENDPOINT_URL_KINESIS"]) })
-		if _, err := schema.EnsureStream(ctx, kc, name, 1); err != nil {
-			return err
-		}
-	}
-	names := make([]string, 0, len(tables))
-	for _, t := range tables {
-		names = append(names, t.Name)
-	}
-	sort.Strings(names)
-	fmt.Fprintf(stderr, "local stack ready: tables %s; queues %s %s\n", strings.Join(names, ", "),
-		fnEnv[config.EnvParkedQueueURL], fnEnv[config.EnvTargetQueueURL])
+	fmt.Fprintf(stderr, "local stack ready: tables %s %s; queues %s %s\n", ready.CheckpointTable, ready.LedgerTable,
+		ready.ParkedQueueURL, ready.TargetQueueURL)
 	return nil
 }
