@@ -41,34 +41,43 @@ type invokeOptions struct {
 	timeout  time.Duration
 }
 
-func parseInvokeFlags(args []string, stderr io.Writer) (invokeOptions, error) {
+func parseInvokeFlags(args []string, stdout io.Writer) (invokeOptions, error) {
 	var o invokeOptions
 	fs := flag.NewFlagSet("gapless invoke", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&o.event, "e", "", "event file to invoke with (e.g. events/kinesis-clean.json); required")
 	fs.StringVar(&o.envFile, "env", "events/env.json", "env-vars file (sam local invoke --env-vars format, one section per function)")
 	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "function timeout (the template's Timeout)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gapless invoke <ConsumerFunction|ReconcilerFunction> -e <event.json> [--env events/env.json] [--state dir] [--timeout 60s]")
-		fs.PrintDefaults()
-	}
+	setHelp(fs, "invoke <ConsumerFunction|ReconcilerFunction> -e <event.json> [flags]",
+		"Builds the function for this machine, makes sure the local stack (gapless up) has the tables,\n"+
+			"queues and stream its env.json section names, runs it once under the Lambda runtime\n"+
+			"interface emulator with that environment plus the stack's endpoints, and prints the response\n"+
+			"on stdout (the function's JSON logs go to stderr): `sam local invoke` without Docker.\n"+
+			"events/env.json sets GAPLESS_CHAOS=poison=true: payloads marked \"poison\": true fail on every\n"+
+			"attempt (events/README.md).")
 	// The function may come before or after the flags.
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		o.function, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return o, err
 	}
 	if o.function == "" && fs.NArg() > 0 {
 		o.function = fs.Arg(0)
+		if fs.NArg() > 1 {
+			return o, usagef("unexpected argument %q", fs.Arg(1))
+		}
 	} else if fs.NArg() > 0 {
-		fs.Usage()
-		return o, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+		return o, usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if _, ok := invokeFunctions[o.function]; !ok || o.event == "" {
-		fs.Usage()
-		return o, errUsage
+	if o.function == "" {
+		return o, usagef("which function? ConsumerFunction or ReconcilerFunction")
+	}
+	if _, ok := invokeFunctions[o.function]; !ok {
+		return o, usagef("unknown function %q: ConsumerFunction or ReconcilerFunction", o.function)
+	}
+	if o.event == "" {
+		return o, usagef("-e <event.json> is required")
 	}
 	return o, nil
 }
@@ -79,7 +88,7 @@ func parseInvokeFlags(args []string, stderr io.Writer) (invokeOptions, error) {
 // environment plus the stack's AWS_ENDPOINT_URL_* (from stack.env), invokes it once with the
 // event, and prints the response JSON on stdout; the function's logs go to stderr.
 func runInvoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseInvokeFlags(args, stderr)
+	o, err := parseInvokeFlags(args, stdout)
 	if err != nil {
 		return err
 	}

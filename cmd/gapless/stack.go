@@ -17,9 +17,8 @@ func init() {
 	commands["down"] = command{summary: "stop the local AWS stack started by up", run: runDown}
 }
 
-func stackFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+func stackFlags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("gapless "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	state := fs.String("state", "", "directory for PID file, endpoints (stack.env) and logs (default <repo>/.local)")
 	return fs, state
 }
@@ -36,11 +35,23 @@ func resolveState(state string) (string, error) {
 }
 
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, state := stackFlags("up", stderr)
+	fs, state := stackFlags("up")
 	backend := fs.String("backend", "dynalite", "DynamoDB and SQS backend: dynalite (dynalite + fauxqs) or moto (moto_server)")
 	freePorts := fs.Bool("free-ports", false, "pick free ports instead of the defaults and GAPLESS_PORT_* (for test runs beside a developer's stack)")
 	envFile := fs.String("env", "", "create the stream, tables and queues this env-vars file names (default <repo>/events/env.json)")
-	if err := fs.Parse(args); err != nil {
+	setHelp(fs, "up [flags]",
+		"Starts Kinesis (kinesis-local), DynamoDB and SQS (dynalite and fauxqs, or moto_server) on\n"+
+			"127.0.0.1, installing the emulators first when they are missing, and creates the stream,\n"+
+			"tables and queues events/env.json names (definitions from internal/schema). Writes\n"+
+			"<state>/stack.env: `. .local/stack.env` points the AWS SDKs and CLI at the stack and sets\n"+
+			"the functions' variables (GAPLESS_GROUP, STREAM_NAME, CHECKPOINT_TABLE, DEDUPE_TABLE,\n"+
+			"PARKED_QUEUE_URL, TARGET_QUEUE_URL). A stack that is already up is kept, data included;\n"+
+			"`gapless down` stops it. Ports: 4567 Kinesis, 4569 DynamoDB, 4566 SQS, 4570 moto_server,\n"+
+			"each overridden by GAPLESS_PORT_KINESIS, _DYNAMODB, _SQS, _MOTO.")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	dir, err := resolveState(*state)
@@ -54,7 +65,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "moto":
 		services = append(services, localstack.Moto)
 	default:
-		return fmt.Errorf("--backend %q: want dynalite or moto", *backend)
+		return usagef("--backend %q: want dynalite or moto", *backend)
 	}
 	if *envFile == "" {
 		root, err := localstack.FindRoot()
@@ -172,8 +183,12 @@ func stateArg(state string) string {
 }
 
 func runDown(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, state := stackFlags("down", stderr)
-	if err := fs.Parse(args); err != nil {
+	fs, state := stackFlags("down")
+	setHelp(fs, "down [flags]", "Stops the local stack that `gapless up` recorded in <state>/stack.env (by PID) and removes\nthat file. Its data goes with it.")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	dir, err := resolveState(*state)
