@@ -39,6 +39,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	backend := fs.String("backend", "dynalite", "DynamoDB and SQS backend: dynalite (dynalite + fauxqs) or moto (moto_server)")
 	freePorts := fs.Bool("free-ports", false, "pick free ports instead of the defaults and GAPLESS_PORT_* (for test runs beside a developer's stack)")
 	envFile := fs.String("env", "", "create the stream, tables and queues this env-vars file names (default <repo>/events/env.json)")
+	bare := fs.Bool("bare", false, "start the emulators only, without the stream, tables and queues (test runs create their own)")
 	setHelp(fs, "up [flags]",
 		"Starts Kinesis (kinesis-local), DynamoDB and SQS (dynalite and fauxqs, or moto_server) on\n"+
 			"127.0.0.1, installing the emulators first when they are missing, and creates the stream,\n"+
@@ -74,9 +75,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		*envFile = filepath.Join(root, "events", "env.json")
 	}
-	res, err := localstack.ResourcesFromEnvFile(*envFile)
-	if err != nil {
-		return err
+	var res localstack.Resources
+	if !*bare {
+		if res, err = localstack.ResourcesFromEnvFile(*envFile); err != nil {
+			return err
+		}
 	}
 	ports := map[localstack.Service]int{}
 	if !*freePorts {
