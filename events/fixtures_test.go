@@ -376,3 +376,19 @@ func TestRegenerate(t *testing.T) {
 		t.Error("two generator runs differ")
 	}
 }
+
+// TestSAMSample: kinesis-sam-sample.json is what `sam local generate-event kinesis get-records`
+// prints with its defaults (aws-sam-cli's Kinesis.json template and event-mapping.json).
+func TestSAMSample(t *testing.T) {
+	ev := load(t, fixtures.SAMSample)
+	if len(ev.Records) != 1 {
+		t.Fatalf("%d records", len(ev.Records))
+	}
+	r := ev.Records[0]
+	if r.EventSourceArn != "arn:aws:kinesis:EXAMPLE" || r.EventID != "shardId-000000000000:"+r.Kinesis.SequenceNumber ||
+		r.Kinesis.SequenceNumber != "49545115243490985018280067714973144582180062593244200961" ||
+		string(r.Kinesis.Data) != "Hello, this is a test 123." || r.Kinesis.PartitionKey != "partitionKey-03" ||
+		r.AwsRegion != "us-east-1" || r.InvokeIdentityArn != "arn:aws:iam::EXAMPLE" || r.Kinesis.ApproximateArrivalTimestamp.Unix() != 1428537600 {
+		t.Errorf("not SAM's sample record: %+v", r)
+	}
+}
