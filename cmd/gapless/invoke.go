@@ -125,7 +125,7 @@ func runInvoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := buildFunction(ctx, root, pkgDir, bootstrap, stderr); err != nil {
 		return err
 	}
-	if err := ensureResources(ctx, stackEnv, fnEnv, stderr); err != nil {
+	if err := ensureResources(ctx, o.function, stackEnv, fnEnv, stderr); err != nil {
 		return err
 	}
 	env := map[string]string{}
@@ -237,11 +237,15 @@ func readStackEnv(file string) (map[string]string, error) {
 }
 
 // ensureResources creates what the function's variables name on the local stack when it is
-// missing (localstack.Ensure: the tables, the parked and target queues and the stream), and
-// replaces the queue URLs in fnEnv by the stack's, so env.json's do not have to match the
-// stack's port or backend.
-func ensureResources(ctx context.Context, stackEnv, fnEnv map[string]string, stderr io.Writer) error {
-	ready, err := localstack.Ensure(ctx, stackEnv, localstack.ResourcesFromEnv(fnEnv))
+// missing (localstack.Ensure: the tables, the parked and target queues and, for the reconciler,
+// which reads it, the stream), and replaces the queue URLs in fnEnv by the stack's, so env.json's
+// do not have to match the stack's port or backend.
+func ensureResources(ctx context.Context, function string, stackEnv, fnEnv map[string]string, stderr io.Writer) error {
+	res := localstack.ResourcesFromEnv(fnEnv)
+	if function != "ReconcilerFunction" {
+		res.Stream = "" // the consumer gets its records in the event; its STREAM_NAME only names them
+	}
+	ready, err := localstack.Ensure(ctx, stackEnv, res)
 	if err != nil {
 		return err
 	}
