@@ -81,7 +81,8 @@ func TestReadmeLocalDevelopment(t *testing.T) {
 	}
 	// What the README says they show.
 	for _, want := range []string{
-		`"batchItemFailures":[{"itemIdentifier":"`, // the poison record fails ...
+		`"stream":"gapless-demo","shard_id":"shardId-000000000000"`, // SAM's sample, as STREAM_NAME's
+		`"batchItemFailures":[{"itemIdentifier":"`,                  // the poison record fails ...
 		`"parked":1`, // ... and the 5th attempt parks it
 		`"batchItemFailures":null`,
 		"1 parked messages: 1 processed", // redrive forwards it
