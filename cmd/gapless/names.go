@@ -13,6 +13,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -80,4 +81,14 @@ func checkGroup(ctx context.Context, c opsClients, o *opsOptions, stderr io.Writ
 	}
 	fmt.Fprintf(stderr, "no group has a checkpoint on stream %s in table %s yet: nothing was consumed\n", o.stream, o.checkpointTable)
 	return nil
+}
+
+// queueError says in one line that the parked queue does not exist, naming the flag and
+// variable; other errors are returned as they are.
+func queueError(err error, u string) error {
+	var nq *sqstypes.QueueDoesNotExist
+	if errors.As(err, &nq) {
+		return fmt.Errorf("queue %q %w (--parked-queue or $%s)", u, errNotFound, config.EnvParkedQueueURL)
+	}
+	return err
 }

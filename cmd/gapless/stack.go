@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	commands["up"] = command{summary: "start the local AWS stack on 127.0.0.1 (installs the emulators first)", run: runUp}
+	commands["up"] = command{summary: "start the local AWS stack on 127.0.0.1 with the stream, tables and queues of events/env.json", run: runUp}
 	commands["down"] = command{summary: "stop the local AWS stack started by up", run: runDown}
 }
 

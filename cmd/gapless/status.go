@@ -250,7 +250,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if o.parkedQueue != "" {
 		n, err := queueDepth(ctx, c, o.parkedQueue)
 		if err != nil {
-			fmt.Fprintf(stderr, "parked queue depth unavailable: %v\n", err)
+			fmt.Fprintf(stderr, "parked queue depth unavailable: %v\n", queueError(err, o.parkedQueue))
 		} else {
 			out.ParkedQueueMessages = &n
 		}
