@@ -20,7 +20,8 @@ tools/node_modules/.package-lock.json: tools/package.json tools/package-lock.jso
 gapless:
 	$(GO) build -o $(BIN)/gapless ./cmd/gapless
 
-## up / down: the local stack on 127.0.0.1 (ports: GAPLESS_PORT_KINESIS, _DYNAMODB, _SQS, _MOTO)
+## up / down: the local stack on 127.0.0.1 (ports: GAPLESS_PORT_KINESIS, _DYNAMODB, _SQS, _MOTO) with
+## the stream, tables and queues events/env.json names; `up` keeps a stack that is already up
 up: tools gapless
 	$(BIN)/gapless up
 
@@ -73,9 +74,10 @@ demo: tools gapless
 	$(BIN)/gapless demo $(DEMO_FLAGS)
 
 ## invoke: run a function once under aws-lambda-rie with an events/ fixture against the local
-## stack (the local `sam local invoke`); starts the stack when none is up.
+## stack (the local `sam local invoke`, variables from events/env.json); starts the stack when
+## none is up (`gapless up` keeps a running one).
 FUNCTION ?= ConsumerFunction
 EVENT    ?= events/kinesis-clean.json
 invoke: tools gapless
-	@test -f .local/stack.env || $(BIN)/gapless up
+	@$(BIN)/gapless up
 	$(BIN)/gapless invoke $(FUNCTION) -e $(EVENT)

@@ -149,7 +149,10 @@ var (
 		config.EnvLogPayloads:       {"=false"},
 	}
 	wantEnv = map[string]map[string][]string{
-		"ConsumerFunction": commonEnv,
+		"ConsumerFunction": with(commonEnv, map[string][]string{
+			// optional for the consumer: records of another stream are rejected, naming both
+			config.EnvStreamName: {"Stream", "StreamArn"},
+		}),
 		"ReconcilerFunction": with(commonEnv, map[string][]string{
 			// the created stream's name, or the name part of StreamArn
 			config.EnvStreamName: {"Stream", "StreamArn"},

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/gapless-dev/gapless/events/fixtures"
+	"github.com/gapless-dev/gapless/internal/chaos"
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/kpl"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -294,10 +295,10 @@ func TestEnv(t *testing.T) {
 	}
 	common := []string{config.EnvGroup, config.EnvCheckpointTable, config.EnvDedupeTable, config.EnvParkedQueueURL,
 		config.EnvTargetQueueURL, config.EnvMaxRecordAttempts, config.EnvMaxConcurrency, config.EnvDedupeKey,
-		config.EnvLedgerTTL, config.EnvLogPayloads}
+		config.EnvLedgerTTL, config.EnvLogPayloads, config.EnvStreamName, chaos.EnvVar}
 	wantVars := map[string][]string{
 		"ConsumerFunction":   append(slices.Clone(common), config.EnvDeadlineMargin),
-		"ReconcilerFunction": append(slices.Clone(common), config.EnvStreamName, config.EnvSettleAfter),
+		"ReconcilerFunction": append(slices.Clone(common), config.EnvSettleAfter),
 	}
 	for fn, want := range wantVars {
 		got := slices.Sorted(maps.Keys(env[fn]))
@@ -320,9 +321,20 @@ func TestEnv(t *testing.T) {
 		t.Errorf("the functions disagree:\n%+v\n%+v", c.Common, r.Common)
 	}
 	if c.Group != "local" || c.CheckpointTable != "gapless-checkpoint" || c.DedupeTable != "gapless-ledger" ||
-		c.ParkedQueueURL != "http://127.0.0.1:4566/000000000000/gapless-parked" ||
-		!strings.HasPrefix(c.TargetQueueURL, "http://127.0.0.1:4566/000000000000/") || r.StreamName != "gapless-demo" {
+		c.ParkedQueueURL != "http://sqs.us-east-1.localhost:4566/000000000000/gapless-parked" ||
+		c.TargetQueueURL != "http://sqs.us-east-1.localhost:4566/000000000000/gapless-target" ||
+		r.StreamName != "gapless-demo" || c.StreamName != r.StreamName {
 		t.Errorf("local values: %+v %+v", c, r)
+	}
+	// Only the poison rule: kinesis-poison.json's record fails on every attempt, nothing else.
+	for fn := range env {
+		cc, err := chaos.Parse(env[fn][chaos.EnvVar])
+		if err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+		if !cc.Poison || cc.Transient != 0 || cc.Panic != 0 || cc.Slow != 0 {
+			t.Errorf("%s: %s=%q turns on more than the poison rule: %+v", fn, chaos.EnvVar, env[fn][chaos.EnvVar], cc)
+		}
 	}
 	if c.MaxRecordAttempts != config.DefaultMaxRecordAttempts || c.LedgerTTL != config.DefaultLedgerTTL ||
 		c.DeadlineMargin != config.DefaultDeadlineMargin || r.SettleAfter != config.DefaultSettleAfter {
@@ -362,5 +374,21 @@ func TestRegenerate(t *testing.T) {
 	}
 	if !reflect.DeepEqual(files, again) {
 		t.Error("two generator runs differ")
+	}
+}
+
+// TestSAMSample: kinesis-sam-sample.json is what `sam local generate-event kinesis get-records`
+// prints with its defaults (aws-sam-cli's Kinesis.json template and event-mapping.json).
+func TestSAMSample(t *testing.T) {
+	ev := load(t, fixtures.SAMSample)
+	if len(ev.Records) != 1 {
+		t.Fatalf("%d records", len(ev.Records))
+	}
+	r := ev.Records[0]
+	if r.EventSourceArn != "arn:aws:kinesis:EXAMPLE" || r.EventID != "shardId-000000000000:"+r.Kinesis.SequenceNumber ||
+		r.Kinesis.SequenceNumber != "49545115243490985018280067714973144582180062593244200961" ||
+		string(r.Kinesis.Data) != "Hello, this is a test 123." || r.Kinesis.PartitionKey != "partitionKey-03" ||
+		r.AwsRegion != "us-east-1" || r.InvokeIdentityArn != "arn:aws:iam::EXAMPLE" || r.Kinesis.ApproximateArrivalTimestamp.Unix() != 1428537600 {
+		t.Errorf("not SAM's sample record: %+v", r)
 	}
 }

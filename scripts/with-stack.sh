@@ -8,7 +8,7 @@ backend=$1; shift
 root=$(cd "$(dirname "$0")/.." && pwd)
 state="$root/.local/test-$backend"
 gapless="$root/bin/gapless"
-"$gapless" up --backend "$backend" --free-ports --state "$state"
+"$gapless" up --backend "$backend" --free-ports --bare --state "$state"
 trap '"$gapless" down --state "$state"' EXIT
 # shellcheck disable=SC1091
 . "$state/stack.env"

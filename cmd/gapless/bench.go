@@ -39,9 +39,9 @@ type benchOptions struct {
 	argsShown string // the command line, for the report
 }
 
-func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
+// parseBenchFlags parses bench's flags; -h prints the help on stdout.
+func parseBenchFlags(args []string, stdout io.Writer) (benchOptions, error) {
 	fs := flag.NewFlagSet("gapless bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var o benchOptions
 	quick := fs.Bool("quick", false, "a ~1-minute run: short budgets, the idempotency baseline capped at 1,000 records per round, smaller side measurements")
 	handlers := fs.String("handlers", strings.Join(bench.Handlers, ","), "handlers to run (bare, idempotent, gapless)")
@@ -62,12 +62,15 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.svgOut, "svg", "", "write the headline chart as SVG to this file")
 	fs.IntVar(&o.svgPF, "svg-pf", 1, "ParallelizationFactor the chart shows")
 	fs.StringVar(&o.child, bench.ChildFlag, "", "internal: run as the memory child with these arguments (JSON)")
-	if err := fs.Parse(args); err != nil {
+	setHelp(fs, "bench [flags]",
+		"Benchmarks the bare handler, record-level idempotency and gapless side by side on a private\n"+
+			"local stack (docs/benchmarks.md): throughput, DynamoDB round trips and capacity units per\n"+
+			"record, memory, cold start and bootstrap size. --quick is a ~1-minute run.")
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return o, err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gapless bench: unexpected arguments %q\n", fs.Args())
-		return o, errUsage
+	if err := noArgs(fs); err != nil {
+		return o, err
 	}
 	o.quick = *quick
 	pick := func(set, normal, q int) int {
@@ -155,7 +158,7 @@ func benchAWSConfig(ctx context.Context) (aws.Config, error) {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseBenchFlags(args, stderr)
+	o, err := parseBenchFlags(args, stdout)
 	if err != nil {
 		return err
 	}

@@ -118,12 +118,11 @@ func printFlags(fs *flag.FlagSet, names ...string) {
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cfg, cli := demoFlags(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gapless demo: unexpected arguments %q\n", fs.Args())
-		return errUsage
+	if err := noArgs(fs); err != nil {
+		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -17,7 +17,7 @@ func TestDemoHelpDocumentsEveryFlag(t *testing.T) {
 	if code := run(context.Background(), []string{"demo", "--help"}, &out, &errb); code != 0 {
 		t.Fatalf("demo --help exited %d: %s", code, errb.String())
 	}
-	help := errb.String()
+	help := out.String() // help goes to stdout, like every subcommand's
 	fs, _, _ := demoFlags(&bytes.Buffer{})
 	fs.VisitAll(func(f *flag.Flag) {
 		if !strings.Contains(help, "--"+f.Name+" ") && !strings.Contains(help, "--"+f.Name+"\n") {
@@ -76,7 +76,7 @@ func TestDemoRejectsBadSettingsBeforeStartingAnything(t *testing.T) {
 		{[]string{"--parallelization", "11"}, "parallelization 11"},
 		{[]string{"--runtime", "docker"}, `runtime "docker"`},
 		{[]string{"--records", "x"}, `invalid value "x" for flag -records`},
-		{[]string{"extra"}, `unexpected arguments`},
+		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -10,21 +10,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
 	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/localstack"
 	"github.com/gapless-dev/gapless/internal/rie"
-	"github.com/gapless-dev/gapless/internal/schema"
 )
 
 func init() {
@@ -49,34 +41,43 @@ type invokeOptions struct {
 	timeout  time.Duration
 }
 
-func parseInvokeFlags(args []string, stderr io.Writer) (invokeOptions, error) {
+func parseInvokeFlags(args []string, stdout io.Writer) (invokeOptions, error) {
 	var o invokeOptions
 	fs := flag.NewFlagSet("gapless invoke", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&o.event, "e", "", "event file to invoke with (e.g. events/kinesis-clean.json); required")
 	fs.StringVar(&o.envFile, "env", "events/env.json", "env-vars file (sam local invoke --env-vars format, one section per function)")
 	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "function timeout (the template's Timeout)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gapless invoke <ConsumerFunction|ReconcilerFunction> -e <event.json> [--env events/env.json] [--state dir] [--timeout 60s]")
-		fs.PrintDefaults()
-	}
+	setHelp(fs, "invoke <ConsumerFunction|ReconcilerFunction> -e <event.json> [flags]",
+		"Builds the function for this machine, makes sure the local stack (gapless up) has the tables,\n"+
+			"queues and stream its env.json section names, runs it once under the Lambda runtime\n"+
+			"interface emulator with that environment plus the stack's endpoints, and prints the response\n"+
+			"on stdout (the function's JSON logs go to stderr): `sam local invoke` without Docker.\n"+
+			"events/env.json sets GAPLESS_CHAOS=poison=true: payloads marked \"poison\": true fail on every\n"+
+			"attempt (events/README.md).")
 	// The function may come before or after the flags.
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		o.function, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return o, err
 	}
 	if o.function == "" && fs.NArg() > 0 {
 		o.function = fs.Arg(0)
+		if fs.NArg() > 1 {
+			return o, usagef("unexpected argument %q", fs.Arg(1))
+		}
 	} else if fs.NArg() > 0 {
-		fs.Usage()
-		return o, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+		return o, usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if _, ok := invokeFunctions[o.function]; !ok || o.event == "" {
-		fs.Usage()
-		return o, errUsage
+	if o.function == "" {
+		return o, usagef("which function? ConsumerFunction or ReconcilerFunction")
+	}
+	if _, ok := invokeFunctions[o.function]; !ok {
+		return o, usagef("unknown function %q: ConsumerFunction or ReconcilerFunction", o.function)
+	}
+	if o.event == "" {
+		return o, usagef("-e <event.json> is required")
 	}
 	return o, nil
 }
@@ -87,7 +88,7 @@ func parseInvokeFlags(args []string, stderr io.Writer) (invokeOptions, error) {
 // environment plus the stack's AWS_ENDPOINT_URL_* (from stack.env), invokes it once with the
 // event, and prints the response JSON on stdout; the function's logs go to stderr.
 func runInvoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseInvokeFlags(args, stderr)
+	o, err := parseInvokeFlags(args, stdout)
 	if err != nil {
 		return err
 	}
@@ -124,7 +125,7 @@ func runInvoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := buildFunction(ctx, root, pkgDir, bootstrap, stderr); err != nil {
 		return err
 	}
-	if err := ensureResources(ctx, stackEnv, fnEnv, stderr); err != nil {
+	if err := ensureResources(ctx, o.function, stackEnv, fnEnv, stderr); err != nil {
 		return err
 	}
 	env := map[string]string{}
@@ -132,7 +133,9 @@ func runInvoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		env[k] = v
 	}
 	for k, v := range stackEnv { // endpoints, region and local credentials of the stack
-		env[k] = v
+		if strings.HasPrefix(k, "AWS_") { // not its GAPLESS_GROUP etc.: env.json decides those
+			env[k] = v
+		}
 	}
 	env["AWS_LAMBDA_FUNCTION_NAME"] = o.function
 
@@ -192,13 +195,9 @@ func buildFunction(ctx context.Context, root, pkgDir, out string, stderr io.Writ
 
 // readEnvSection reads one function's variables from a `sam local invoke --env-vars` file.
 func readEnvSection(file, function string) (map[string]string, error) {
-	b, err := os.ReadFile(file)
+	all, err := localstack.ReadEnvFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("env file: %w", err)
-	}
-	var all map[string]map[string]string
-	if err := json.Unmarshal(b, &all); err != nil {
-		return nil, fmt.Errorf("env file %s: %w", file, err)
+		return nil, err
 	}
 	sec, ok := all[function]
 	if !ok {
@@ -238,63 +237,25 @@ func readStackEnv(file string) (map[string]string, error) {
 }
 
 // ensureResources creates what the function's variables name on the local stack when it is
-// missing: the two tables, the parked and target queues (their URLs in fnEnv are replaced by
-// the stack's, so env.json's default port does not have to match) and, for the reconciler,
-// the stream (one shard).
-func ensureResources(ctx context.Context, stackEnv, fnEnv map[string]string, stderr io.Writer) error {
-	region := stackEnv["AWS_REGION"]
-	if region == "" {
-		region = "us-east-1"
+// missing (localstack.Ensure: the tables, the parked and target queues and, for the reconciler,
+// which reads it, the stream), and replaces the queue URLs in fnEnv by the stack's, so env.json's
+// do not have to match the stack's port or backend.
+func ensureResources(ctx context.Context, function string, stackEnv, fnEnv map[string]string, stderr io.Writer) error {
+	res := localstack.ResourcesFromEnv(fnEnv)
+	if function != "ReconcilerFunction" {
+		res.Stream = "" // the consumer gets its records in the event; its STREAM_NAME only names them
 	}
-	creds := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-		return aws.Credentials{AccessKeyID: stackEnv["AWS_ACCESS_KEY_ID"], SecretAccessKey: stackEnv["AWS_SECRET_ACCESS_KEY"], Source: "stack.env"}, nil
-	})
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region), awsconfig.WithCredentialsProvider(creds))
+	ready, err := localstack.Ensure(ctx, stackEnv, res)
 	if err != nil {
 		return err
 	}
-	var tables []schema.Table
-	if n := fnEnv[config.EnvCheckpointTable]; n != "" {
-		tables = append(tables, schema.CheckpointTable(n))
+	if ready.ParkedQueueURL != "" {
+		fnEnv[config.EnvParkedQueueURL] = ready.ParkedQueueURL
 	}
-	if n := fnEnv[config.EnvDedupeTable]; n != "" {
-		tables = append(tables, schema.LedgerTable(n))
+	if ready.TargetQueueURL != "" {
+		fnEnv[config.EnvTargetQueueURL] = ready.TargetQueueURL
 	}
-	ddb := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(stackEnv["AWS_ENDPOINT_URL_DYNAMODB"]) })
-	if err := schema.EnsureTables(ctx, ddb, tables...); err != nil {
-		return err
-	}
-	sqsClient := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(stackEnv["AWS_ENDPOINT_URL_SQS"]) })
-	for _, v := range []string{config.EnvParkedQueueURL, config.EnvTargetQueueURL} {
-		u := fnEnv[v]
-		if u == "" {
-			continue
-		}
-		q := schema.Queue{Name: path.Base(u), FIFO: strings.HasSuffix(u, ".fifo")}
-		if v == config.EnvParkedQueueURL {
-			q.RetentionSeconds = schema.ParkedRetentionSeconds
-		}
-		url, err := schema.EnsureQueue(ctx, sqsClient, q)
-		if err != nil {
-			return err
-		}
-		fnEnv[v] = url
-	}
-	if name := fnEnv[config.EnvStreamName]; name != "" {
-		if stackEnv["AWS_ENDPOINT_URL_KINESIS"] == "" {
-			return fmt.Errorf("%s=%s needs Kinesis, and the local stack has no Kinesis endpoint", config.EnvStreamName, name)
-		}
-		kc := kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String(stackEnv["AWS_ENDPOINT_URL_KINESIS"]) })
-		if _, err := schema.EnsureStream(ctx, kc, name, 1); err != nil {
-			return err
-		}
-	}
-	names := make([]string, 0, len(tables))
-	for _, t := range tables {
-		names = append(names, t.Name)
-	}
-	sort.Strings(names)
-	fmt.Fprintf(stderr, "local stack ready: tables %s; queues %s %s\n", strings.Join(names, ", "),
-		fnEnv[config.EnvParkedQueueURL], fnEnv[config.EnvTargetQueueURL])
+	fmt.Fprintf(stderr, "local stack ready: tables %s %s; queues %s %s\n", ready.CheckpointTable, ready.LedgerTable,
+		ready.ParkedQueueURL, ready.TargetQueueURL)
 	return nil
 }

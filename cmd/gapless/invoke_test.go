@@ -21,19 +21,20 @@ import (
 )
 
 func TestInvokeUsage(t *testing.T) {
-	for name, args := range map[string][]string{
-		"no function":      {"-e", "x.json"},
-		"unknown function": {"OtherFunction", "-e", "x.json"},
-		"no event":         {"ConsumerFunction"},
-		"extra argument":   {"ConsumerFunction", "-e", "x.json", "more"},
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no function":      {[]string{"-e", "x.json"}, "which function"},
+		"unknown function": {[]string{"OtherFunction", "-e", "x.json"}, `unknown function "OtherFunction"`},
+		"no event":         {[]string{"ConsumerFunction"}, "-e <event.json> is required"},
+		"extra argument":   {[]string{"ConsumerFunction", "-e", "x.json", "more"}, `unexpected argument "more"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			if err := runInvoke(context.Background(), args, &bytes.Buffer{}, &stderr); !errors.Is(err, errUsage) {
-				t.Errorf("err = %v, want usage", err)
-			}
-			if !strings.Contains(stderr.String(), "usage: gapless invoke") {
-				t.Errorf("no usage text: %q", stderr.String())
+			err := runInvoke(context.Background(), tc.args, &bytes.Buffer{}, &stderr)
+			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want a usage error saying %q", err, tc.want)
 			}
 		})
 	}

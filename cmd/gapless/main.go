@@ -33,12 +33,20 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(stdout)
 		return 0
+	case "help": // gapless help <command> is gapless <command> -h
+		if len(args) == 1 {
+			usage(stdout)
+			return 0
+		}
+		args = []string{args[1], "-h"}
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
@@ -46,16 +54,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	if err := cmd.run(ctx, args[1:], stdout, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		if !errors.Is(err, errUsage) {
+	err := cmd.run(ctx, args[1:], stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		if err != errUsage { // a bare errUsage was explained by the command already
 			fmt.Fprintf(stderr, "gapless %s: %v\n", args[0], err)
 		}
+		fmt.Fprintf(stderr, "run 'gapless %s -h' for its flags\n", args[0])
+		return 2
+	default:
+		fmt.Fprintf(stderr, "gapless %s: %v\n", args[0], err)
 		return 1
 	}
-	return 0
 }
 
 func usage(w io.Writer) {
@@ -68,5 +82,5 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nrun 'gapless <command> -h' for its flags")
+	fmt.Fprintln(w, "\nrun 'gapless <command> -h' (or 'gapless help <command>') for its flags")
 }

@@ -195,7 +195,7 @@ func TestOpsMissingFlagsNameTheVariables(t *testing.T) {
 	for _, cmd := range [][]string{{"status"}, {"replay", "--shard", "s", "--from", "1", "--to", "2"}, {"redrive"}} {
 		t.Run(cmd[0], func(t *testing.T) {
 			_, stderr, code := gapless(t, cmd...)
-			if code != 1 || !strings.Contains(stderr, "usage: gapless "+cmd[0]) {
+			if code != 2 || !strings.Contains(stderr, "gapless "+cmd[0]+": missing ") {
 				t.Fatalf("exit %d stderr %q", code, stderr)
 			}
 			for _, want := range []string{"--group (or $GAPLESS_GROUP)", "--stream (or $STREAM_NAME)", "--dedupe-table (or $DEDUPE_TABLE)"} {

@@ -30,17 +30,17 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs, o := opsFlags("redrive", stderr, true)
 	maxMessages := fs.Int("max-messages", 0, "stop after this many parked messages (0: until none is left)")
 	visibility := fs.Duration("visibility", 2*time.Minute, "how long a received message stays hidden; messages left in the queue reappear after it")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gapless redrive [flags]\n\n"+
-			"Receives parked records (the parked queue) of the group and stream and runs each through the\n"+
+	setHelp(fs, "redrive [flags]",
+		"Receives parked records (the parked queue) of the group and stream and runs each through the\n"+
 			"pipeline again with a fresh budget of --max-attempts (records parked by reference are re-read\n"+
 			"from the stream). A record that succeeds is forwarded by the default Process and its message\n"+
 			"deleted; one that fails its whole budget is parked again (a new message) and the old one\n"+
 			"deleted; anything else stays in the queue. Progress on stderr, summary on stdout.\n"+
 			"Exits 1 when some message was left in the queue.")
-		fs.PrintDefaults()
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue"); err != nil {

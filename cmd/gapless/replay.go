@@ -35,20 +35,19 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	shardID := fs.String("shard", "", "shard id, e.g. shardId-000000000000 (required)")
 	from := fs.String("from", "", "first sequence number of the range (required)")
 	to := fs.String("to", "", "last sequence number of the range, inclusive (required)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gapless replay --shard S --from A --to B [flags]\n\n"+
-			"Re-reads exactly the records A..B of shard S (GetShardIterator AT_SEQUENCE_NUMBER A) and runs\n"+
+	setHelp(fs, "replay --shard S --from A --to B [flags]",
+		"Re-reads exactly the records A..B of shard S (GetShardIterator AT_SEQUENCE_NUMBER A) and runs\n"+
 			"those the ledger lacks through the same pipeline as the consumer: the default Process\n"+
 			"(forward to the target queue), the same attempt and parking rules. No settle window applies.\n"+
 			"Exits 1 when some record of the range is still failing (run it again, or let it park).")
-		fs.PrintDefaults()
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	if *shardID == "" || *from == "" || *to == "" {
-		fs.Usage()
-		return fmt.Errorf("%w: --shard, --from and --to are required", errUsage)
+		return usagef("--shard, --from and --to are required")
 	}
 	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue"); err != nil {
 		return err

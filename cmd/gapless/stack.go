@@ -6,19 +6,19 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gapless-dev/gapless/internal/localstack"
 )
 
 func init() {
-	commands["up"] = command{summary: "start the local AWS stack on 127.0.0.1 (installs the emulators first)", run: runUp}
+	commands["up"] = command{summary: "start the local AWS stack on 127.0.0.1 with the stream, tables and queues of events/env.json", run: runUp}
 	commands["down"] = command{summary: "stop the local AWS stack started by up", run: runDown}
 }
 
-func stackFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+func stackFlags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("gapless "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	state := fs.String("state", "", "directory for PID file, endpoints (stack.env) and logs (default <repo>/.local)")
 	return fs, state
 }
@@ -35,10 +35,24 @@ func resolveState(state string) (string, error) {
 }
 
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, state := stackFlags("up", stderr)
+	fs, state := stackFlags("up")
 	backend := fs.String("backend", "dynalite", "DynamoDB and SQS backend: dynalite (dynalite + fauxqs) or moto (moto_server)")
-	freePorts := fs.Bool("free-ports", false, "pick free ports instead of the defaults (for test runs beside a developer's stack)")
-	if err := fs.Parse(args); err != nil {
+	freePorts := fs.Bool("free-ports", false, "pick free ports instead of the defaults and GAPLESS_PORT_* (for test runs beside a developer's stack)")
+	envFile := fs.String("env", "", "create the stream, tables and queues this env-vars file names (default <repo>/events/env.json)")
+	bare := fs.Bool("bare", false, "start the emulators only, without the stream, tables and queues (test runs create their own)")
+	setHelp(fs, "up [flags]",
+		"Starts Kinesis (kinesis-local), DynamoDB and SQS (dynalite and fauxqs, or moto_server) on\n"+
+			"127.0.0.1, installing the emulators first when they are missing, and creates the stream,\n"+
+			"tables and queues events/env.json names (definitions from internal/schema). Writes\n"+
+			"<state>/stack.env: `. .local/stack.env` points the AWS SDKs and CLI at the stack and sets\n"+
+			"the functions' variables (GAPLESS_GROUP, STREAM_NAME, CHECKPOINT_TABLE, DEDUPE_TABLE,\n"+
+			"PARKED_QUEUE_URL, TARGET_QUEUE_URL). A stack that is already up is kept, data included;\n"+
+			"`gapless down` stops it. Ports: 4567 Kinesis, 4569 DynamoDB, 4566 SQS, 4570 moto_server,\n"+
+			"each overridden by GAPLESS_PORT_KINESIS, _DYNAMODB, _SQS, _MOTO.")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	dir, err := resolveState(*state)
@@ -52,7 +66,20 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "moto":
 		services = append(services, localstack.Moto)
 	default:
-		return fmt.Errorf("--backend %q: want dynalite or moto", *backend)
+		return usagef("--backend %q: want dynalite or moto", *backend)
+	}
+	if *envFile == "" {
+		root, err := localstack.FindRoot()
+		if err != nil {
+			return err
+		}
+		*envFile = filepath.Join(root, "events", "env.json")
+	}
+	var res localstack.Resources
+	if !*bare {
+		if res, err = localstack.ResourcesFromEnvFile(*envFile); err != nil {
+			return err
+		}
 	}
 	ports := map[localstack.Service]int{}
 	if !*freePorts {
@@ -60,29 +87,111 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if stopped, err := localstack.StopFromState(dir); err != nil {
+
+	// A stack that is up is kept: `up` twice must not throw away what the first one holds.
+	if rec, ok, err := localstack.ReadState(dir); err != nil {
 		return err
-	} else if len(stopped) > 0 {
-		fmt.Fprintf(stderr, "stopped a previous stack: %s\n", strings.Join(stopped, ", "))
+	} else if ok {
+		dead := rec.Running(ctx)
+		if len(dead) == 0 {
+			have, want := slices.Sorted(slices.Values(rec.Services())), slices.Sorted(slices.Values(services))
+			if !slices.Equal(have, want) {
+				return fmt.Errorf("a local stack with %s is already up (%s); to start one with --backend %s: gapless down%s, then gapless up again",
+					joinServices(rec.Services()), filepath.Join(dir, "stack.env"), *backend, stateArg(*state))
+			}
+			procs := rec.Procs
+			for _, p := range procs {
+				p.Endpoint = endpointOf(p.Service, rec.Env)
+			}
+			ready, err := localstack.Ensure(ctx, rec.Env, res)
+			if err != nil {
+				return err
+			}
+			if err := localstack.WriteStateWith(dir, procs, ready.Vars()); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "a local stack is already up: kept it and its data (to start an empty one: gapless down%s, then gapless up)\n", stateArg(*state))
+			printStack(stderr, dir, procs, ready)
+			return nil
+		}
+		stopped, err := localstack.StopFromState(dir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "the stack recorded in %s is not running (%s): starting a new one\n", filepath.Join(dir, "stack.env"), strings.Join(dead, ", "))
+		if len(stopped) > 0 {
+			fmt.Fprintf(stderr, "stopped what was left of it: %s\n", strings.Join(stopped, ", "))
+		}
 	}
 	procs, err := localstack.Start(ctx, localstack.Options{StateDir: dir, Ports: ports, Detach: true}, services...)
 	if err != nil {
 		return err
 	}
-	if err := localstack.WriteState(dir, procs); err != nil {
+	ready, err := localstack.Ensure(ctx, localstack.Env(procs), res)
+	if err == nil {
+		err = localstack.WriteStateWith(dir, procs, ready.Vars())
+	}
+	if err != nil {
 		localstack.Stop(procs)
 		return err
 	}
-	for _, p := range procs {
-		fmt.Fprintf(stderr, "%-9s %s  pid %d  log %s\n", p.Service, p.Endpoint, p.PID, p.LogPath)
-	}
-	fmt.Fprintf(stderr, "endpoints: . %s\n", filepath.Join(dir, "stack.env"))
+	printStack(stderr, dir, procs, ready)
 	return nil
 }
 
+// printStack says what runs where and what exists on it.
+func printStack(w io.Writer, dir string, procs []*localstack.Process, r localstack.Ready) {
+	for _, p := range procs {
+		fmt.Fprintf(w, "%-9s %s  pid %d  log %s\n", p.Service, p.Endpoint, p.PID, p.LogPath)
+	}
+	if r.Stream != "" {
+		fmt.Fprintf(w, "stream    %s (%d shards)\n", r.Stream, localstack.StreamShards)
+	}
+	if r.CheckpointTable != "" || r.LedgerTable != "" {
+		fmt.Fprintf(w, "tables    %s\n", strings.TrimSpace(r.CheckpointTable+" "+r.LedgerTable))
+	}
+	for _, u := range []string{r.ParkedQueueURL, r.TargetQueueURL} {
+		if u != "" {
+			fmt.Fprintf(w, "queue     %s\n", u)
+		}
+	}
+	fmt.Fprintf(w, "endpoints and names: . %s\n", filepath.Join(dir, "stack.env"))
+}
+
+// endpointOf is the endpoint a recorded process serves, from the stack's variables.
+func endpointOf(s localstack.Service, env map[string]string) string {
+	switch s {
+	case localstack.Kinesis:
+		return env["AWS_ENDPOINT_URL_KINESIS"]
+	case localstack.SQS:
+		return env["AWS_ENDPOINT_URL_SQS"]
+	default: // dynalite, moto
+		return env["AWS_ENDPOINT_URL_DYNAMODB"]
+	}
+}
+
+func joinServices(ss []localstack.Service) string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return strings.Join(out, ", ")
+}
+
+func stateArg(state string) string {
+	if state == "" {
+		return ""
+	}
+	return " --state " + state
+}
+
 func runDown(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, state := stackFlags("down", stderr)
-	if err := fs.Parse(args); err != nil {
+	fs, state := stackFlags("down")
+	setHelp(fs, "down [flags]", "Stops the local stack that `gapless up` recorded in <state>/stack.env (by PID) and removes\nthat file. Its data goes with it.")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	dir, err := resolveState(*state)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -95,9 +96,7 @@ func (o *opsOptions) require(fs *flag.FlagSet, names ...string) error {
 		}
 	}
 	if len(missing) > 0 {
-		fs.Usage()
-		fmt.Fprintf(fs.Output(), "\n%s: missing %s\n", fs.Name(), strings.Join(missing, ", "))
-		return fmt.Errorf("%w: missing %s", errUsage, strings.Join(missing, ", "))
+		return usagef("missing %s", strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -214,13 +213,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		*settle = v
 	}
 	maxRecords := fs.Int("max-records", 100000, "records read per shard at most (the lag beyond is shown as >=N)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gapless status [--group G] [--stream S] [--checkpoint-table T] [--dedupe-table T] [--json]\n\n"+
-			"Reads the stream after each shard's verified watermark up to its checkpoint and looks those\n"+
-			"records up in the ledger. Read-only.")
-		fs.PrintDefaults()
+	setHelp(fs, "status [flags]",
+		"Per shard of the stream: the checkpoint, the verified watermark, the lag, and the records\n"+
+			"between them that the ledger lacks (gaps), are in flight or parked; and the parked queue's\n"+
+			"depth. Reads the stream after each shard's verified watermark up to its checkpoint and looks\n"+
+			"those records up in the ledger. Read-only. With `. .local/stack.env` (after `make up`) every\n"+
+			"name comes from the environment and no flag is needed.")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table"); err != nil {
@@ -230,17 +232,25 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if err := checkNames(ctx, c, o); err != nil {
+		return err
+	}
 	ledger := o.newLedger(c, cliLogger(stderr))
 	st, err := reconcile.Status(ctx, c.kin, checkpoint.New(c.ddb, o.checkpointTable), ledger,
 		reconcile.StatusConfig{Group: o.group, Stream: o.stream, SettleAfter: *settle, MaxRecords: *maxRecords})
 	if err != nil {
 		return err
 	}
+	if !slices.ContainsFunc(st.Shards, func(s reconcile.ShardStatus) bool { return s.Checkpoint != "" || s.Watermark != "" }) {
+		if err := checkGroup(ctx, c, o, stderr); err != nil {
+			return err
+		}
+	}
 	out := statusOutput{StreamStatus: st}
 	if o.parkedQueue != "" {
 		n, err := queueDepth(ctx, c, o.parkedQueue)
 		if err != nil {
-			fmt.Fprintf(stderr, "parked queue depth unavailable: %v\n", err)
+			fmt.Fprintf(stderr, "parked queue depth unavailable: %v\n", queueError(err, o.parkedQueue))
 		} else {
 			out.ParkedQueueMessages = &n
 		}

@@ -73,6 +73,10 @@ type Consumer struct {
 	Common
 	// DeadlineMargin: stop starting records when less than this remains before the Lambda deadline.
 	DeadlineMargin time.Duration
+	// StreamName (STREAM_NAME, optional) is the stream the mapping reads: the consumer rejects
+	// records of another stream, naming both, and takes events whose eventSourceARN names no
+	// stream (`sam local generate-event` sample events) to come from it.
+	StreamName string
 }
 
 // Reconciler is the reconciler function's configuration.
@@ -90,7 +94,9 @@ type Reconciler struct {
 // LoadConsumer reads and validates the consumer's variables through getenv (os.Getenv in main).
 func LoadConsumer(getenv func(string) string) (Consumer, error) {
 	p := parser{getenv: getenv}
-	c := Consumer{Common: p.common(), DeadlineMargin: p.duration(EnvDeadlineMargin, DefaultDeadlineMargin)}
+	c := Consumer{Common: p.common(), DeadlineMargin: p.duration(EnvDeadlineMargin, DefaultDeadlineMargin),
+		StreamName: strings.TrimSpace(getenv(EnvStreamName))}
+	p.streamName(c.StreamName)
 	return c, p.err()
 }
 
@@ -114,12 +120,16 @@ func LoadReconciler(getenv func(string) string) (Reconciler, error) {
 	default:
 		r.StreamName = m[1]
 	}
-	if r.StreamName != "" {
-		if err := (recordid.Shard{Group: "g", Stream: r.StreamName, ShardID: "s"}).Validate(); err != nil {
-			p.fail(EnvStreamName, r.StreamName, "is not a stream name")
+	p.streamName(r.StreamName)
+	return r, p.err()
+}
+
+func (p *parser) streamName(name string) {
+	if name != "" {
+		if err := (recordid.Shard{Group: "g", Stream: name, ShardID: "s"}).Validate(); err != nil {
+			p.fail(EnvStreamName, name, "is not a stream name")
 		}
 	}
-	return r, p.err()
 }
 
 // MinSettle is the shortest safe settle window for a mapping: a record behind the checkpoint may

@@ -26,6 +26,20 @@ func TestLoadConsumerDefaults(t *testing.T) {
 	}
 }
 
+// TestConsumerStreamIsOptional: STREAM_NAME is read when set (the consumer then checks the
+// events' stream against it) and not required.
+func TestConsumerStreamIsOptional(t *testing.T) {
+	c, err := LoadConsumer(env(base()))
+	if err != nil || c.StreamName != "orders-stream" {
+		t.Fatalf("StreamName = %q, %v; want orders-stream", c.StreamName, err)
+	}
+	m := base()
+	delete(m, EnvStreamName)
+	if c, err := LoadConsumer(env(m)); err != nil || c.StreamName != "" {
+		t.Fatalf("without STREAM_NAME: %q, %v", c.StreamName, err)
+	}
+}
+
 func TestLoadErrorsNameTheVariable(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -43,6 +57,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"bad group", map[string]string{EnvGroup: "a|b"}, "", EnvGroup},
 		{"bad dedupe key", map[string]string{EnvDedupeKey: "order..id"}, "", EnvDedupeKey},
 		{"bad margin", map[string]string{EnvDeadlineMargin: "soon"}, "", EnvDeadlineMargin},
+		{"bad stream", map[string]string{EnvStreamName: "orders/stream"}, "", EnvStreamName},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

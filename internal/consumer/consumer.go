@@ -51,6 +51,7 @@ type Handler struct {
 	log         *slog.Logger
 	metrics     *metrics.Emitter
 	logPayloads bool
+	stream      string // STREAM_NAME, "" when not configured (see buildPlan)
 }
 
 // Option configures a Handler.
@@ -62,6 +63,11 @@ func WithMetrics(e *metrics.Emitter) Option { return func(h *Handler) { h.metric
 
 // WithLogPayloads includes payloads in the log lines about rejected records (LOG_PAYLOADS).
 func WithLogPayloads(on bool) Option { return func(h *Handler) { h.logPayloads = on } }
+
+// WithStream names the stream the function's mapping reads (STREAM_NAME): events whose
+// eventSourceARN names no stream (SAM's sample events) are taken to come from it, and records
+// of another stream are rejected, naming both.
+func WithStream(name string) Option { return func(h *Handler) { h.stream = name } }
 
 // NewHandler returns the handler for group (GAPLESS_GROUP). logger should be NewLogger's (JSON,
 // request_id from the Lambda context); nil discards logs.
@@ -96,7 +102,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.KinesisEvent) (events.Ki
 
 func (h *Handler) handle(ctx context.Context, recs []inRecord) (events.KinesisEventResponse, error) {
 	start := time.Now()
-	pl := buildPlan(h.group, recs)
+	pl := buildPlan(h.group, h.stream, recs)
 	b := &pl.batch
 	log := h.log.With("group", h.group, "stream", b.Shard.Stream, "shard_id", b.Shard.ShardID)
 	if len(recs) == 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/kpl"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -199,6 +200,11 @@ type plan struct {
 type names struct {
 	lastEventPrefix, lastShard string
 	lastARN, lastStream        string
+	// configured is the stream the function is configured with (STREAM_NAME; "" when not). A
+	// record whose eventSourceARN names no stream is taken to come from it: Lambda always sends
+	// the stream's ARN, but `sam local generate-event kinesis get-records` prints
+	// arn:aws:kinesis:EXAMPLE.
+	configured string
 }
 
 func (n *names) shard(eventID string) (string, bool) {
@@ -219,6 +225,8 @@ func (n *names) stream(arn string) (string, bool) {
 	s, ok := streamOf(arn)
 	if ok {
 		n.lastARN, n.lastStream = arn, s
+	} else if n.configured != "" {
+		return n.configured, true
 	}
 	return s, ok
 }
@@ -259,6 +267,11 @@ func streamOf(arn string) (string, bool) {
 //   - The batch's shard and stream are those of the first record whose eventID and
 //     eventSourceARN both parse. Lambda never mixes shards in one batch; a record naming another
 //     shard or stream is rejected rather than recorded under the wrong shard.
+//   - With a configured stream (STREAM_NAME, "" for none) the batch's stream is that one: a
+//     record whose ARN names no stream (SAM's sample events) is taken to come from it, and one
+//     whose ARN names another stream is rejected, naming both (a mapping pointed at the wrong
+//     stream). Without one, an event whose ARNs name no stream is rejected with a reason that
+//     says to set STREAM_NAME.
 //   - A record whose sequence number is not a valid Kinesis sequence number cannot be put in
 //     the ledger, ordered, or reported: it is rejected.
 //   - A rejected record fails the whole batch: the handler reports firstID (the lowest valid
@@ -272,9 +285,9 @@ func streamOf(arn string) (string, bool) {
 //     sequence number.
 //   - Records are sorted by sequence number (Lambda delivers them sorted; a shuffled event is
 //     logged and sorted, since per-key order must follow the stream).
-func buildPlan(group string, recs []inRecord) plan {
+func buildPlan(group, configuredStream string, recs []inRecord) plan {
 	var pl plan
-	var nm names
+	nm := names{configured: configuredStream}
 	shardID, stream := "", ""
 	for _, r := range recs {
 		if r.formErr != nil {
@@ -286,6 +299,9 @@ func buildPlan(group string, recs []inRecord) plan {
 			shardID, stream = s, n
 			break
 		}
+	}
+	if shardID != "" && configuredStream != "" {
+		stream = configuredStream
 	}
 	pl.batch = pipeline.Batch{
 		Shard:             recordid.Shard{Group: group, Stream: stream, ShardID: shardID},
@@ -303,7 +319,7 @@ func buildPlan(group string, recs []inRecord) plan {
 			continue
 		}
 		if shardID == "" {
-			pl.rejected = append(pl.rejected, rejected{r, "no record of the event names a valid shard and stream"})
+			pl.rejected = append(pl.rejected, rejected{r, noShardAndStream(recs)})
 			continue
 		}
 		if s, ok := nm.shard(r.eventID); ok && s != shardID {
@@ -311,7 +327,12 @@ func buildPlan(group string, recs []inRecord) plan {
 			continue
 		}
 		if n, ok := nm.stream(r.arn); ok && n != stream {
-			pl.rejected = append(pl.rejected, rejected{r, "record of stream " + n + " in a batch of " + stream})
+			reason := "record of stream " + n + " in a batch of " + stream
+			if configuredStream != "" {
+				reason = "record of stream " + n + " (eventSourceARN " + clip(r.arn) + "), but this function is configured for " +
+					config.EnvStreamName + "=" + configuredStream + ": is the event-source mapping pointed at the wrong stream?"
+			}
+			pl.rejected = append(pl.rejected, rejected{r, reason})
 			continue
 		}
 		valid = append(valid, r)
@@ -341,6 +362,22 @@ func buildPlan(group string, recs []inRecord) plan {
 		pl.batch.AdvanceCheckpoint = false
 	}
 	return pl
+}
+
+// noShardAndStream is the reason a record is rejected when no record of the event names both a
+// shard and a stream; when the shard is there but no ARN names a stream (SAM's sample events),
+// it says which variable to set.
+func noShardAndStream(recs []inRecord) string {
+	for _, r := range recs {
+		if _, ok := shardOf(r.eventID); ok {
+			if _, ok := streamOf(r.arn); !ok {
+				return "no record of the event names a valid shard and stream: eventSourceARN " + clip(r.arn) +
+					" names no Kinesis stream (sam local generate-event prints such sample events); set " +
+					config.EnvStreamName + " to the stream this function's mapping reads"
+			}
+		}
+	}
+	return "no record of the event names a valid shard and stream"
 }
 
 // firstIdentifier is what to report to fail the whole batch: the batch's lowest sequence

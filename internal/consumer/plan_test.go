@@ -130,7 +130,7 @@ func TestKPLExpansion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := buildPlan("g", fromEvent(mustEvent(t, mkEvent(t, rec{seq: fixtures.Seq(1), pk: "outer", data: agg}))))
+	pl := buildPlan("g", "", fromEvent(mustEvent(t, mkEvent(t, rec{seq: fixtures.Seq(1), pk: "outer", data: agg}))))
 	if len(pl.rejected) != 0 || len(pl.batch.Records) != 3 || pl.malformed != 0 {
 		t.Fatalf("plan %+v", pl)
 	}
@@ -213,7 +213,7 @@ func FuzzDecodeEvent(f *testing.F) {
 			}
 			return
 		}
-		pl := buildPlan("fuzz", recs)
+		pl := buildPlan("fuzz", "", recs)
 		placed := len(pl.rejected) + len(pl.dropped)
 		seen := map[string]bool{}
 		for _, r := range pl.batch.Records {
