@@ -31,7 +31,7 @@ func writeVariantFiles(v *variant, r *VariantResult) error {
 		marks = append(marks, chartMark{at: v.splitAt.Sub(v.start), label: "split"})
 	}
 	v.mu.Unlock()
-	svg := Chart(r.Timeline, v.gapless, marks, v.outcomeTicks())
+	svg := Chart(columnTitle[v.name], r.Timeline, v.gapless, marks, v.outcomeTicks())
 	if err := os.WriteFile(filepath.Join(v.dir, "chart.svg"), []byte(svg), 0o644); err != nil {
 		return fmt.Errorf("demo: write chart: %w", err)
 	}
@@ -403,7 +403,7 @@ type chartMark struct {
 // Chart draws the timeline as an SVG: one panel per shard, time across, records up; produced
 // (grey), the checkpoint (blue: gapless's mirror, or the mapping alone's slowest lane) and, for
 // gapless, the verified watermark (green).
-func Chart(tl []Sample, gapless bool, marks []chartMark, ticks map[string][]chartTick) string {
+func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[string][]chartTick) string {
 	shardSet := map[string]bool{}
 	var end time.Duration
 	for _, s := range tl {
@@ -429,9 +429,9 @@ func Chart(tl []Sample, gapless bool, marks []chartMark, ticks map[string][]char
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	title := "produced vs. the mapping's slowest lane's checkpoint, per shard"
+	title := name + ": produced vs. the mapping's slowest lane's checkpoint, per shard"
 	if gapless {
-		title = "gapless: produced vs. checkpoint mirror vs. verified watermark, per shard"
+		title = name + ": produced vs. checkpoint mirror vs. verified watermark, per shard"
 	}
 	fmt.Fprintf(&b, `<text x="10" y="18" font-size="14" font-weight="bold">%s</text>`+"\n", html.EscapeString(title))
 	legend := []struct{ color, label string }{{"#999999", "produced"}, {"#1f77b4", "checkpoint"}}
@@ -499,12 +499,21 @@ func Chart(tl []Sample, gapless bool, marks []chartMark, ticks map[string][]char
 		// Lost and parked records, on the produced line at the time it reached them.
 		lostHere := 0
 		for _, t := range ticks[id] {
-			at := end
+			// On the produced line: between the samples before and after production reached it.
+			at, prevAt, prevN, seen := end, time.Duration(0), 0, false
 			for _, s := range tl {
-				if s.Shards[id].Produced >= t.pos {
+				ss, ok := s.Shards[id]
+				if !ok {
+					continue
+				}
+				if ss.Produced >= t.pos {
 					at = s.At
+					if seen && ss.Produced > prevN && prevAt < s.At {
+						at = prevAt + time.Duration(float64(s.At-prevAt)*float64(t.pos-prevN)/float64(ss.Produced-prevN))
+					}
 					break
 				}
+				prevAt, prevN, seen = s.At, ss.Produced, true
 			}
 			x, y := px(at), py(t.pos)
 			if t.parked {
@@ -563,7 +572,7 @@ func OutcomeChart(vs []*VariantResult) string {
 		{"duplicate deliveries", "#7f7f7f", func(r *VariantResult) int { return r.Duplicates }},
 	}
 	const (
-		pw, top, barH, gap, labelW = 300, 60, 22, 8, 130
+		pw, top, barH, gap, labelW = 300, 60, 22, 8, 170
 	)
 	ph := 40 + len(vs)*(barH+gap)
 	width, height := labelW+len(metrics)*pw, top+ph+30

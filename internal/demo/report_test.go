@@ -46,7 +46,7 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svg := Chart(tt.tl, tt.gapless, tt.marks, tt.ticks)
+			svg := Chart("v", tt.tl, tt.gapless, tt.marks, tt.ticks)
 			dec := xml.NewDecoder(strings.NewReader(svg))
 			polylines := 0
 			for {
