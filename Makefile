@@ -70,10 +70,11 @@ bench-go:
 ## `bin/gapless demo --help` lists them all. Stdout carries only the demo's table or JSON
 ## object (make demo DEMO_FLAGS=--json | jq .lost): the installs and builds report on stderr.
 DEMO_FLAGS ?=
+DEMO_DEPS  ?= tools gapless
 .PHONY: demo
 demo:
 	@echo "== installing the emulators (npm ci, when missing) and building $(BIN)/gapless" >&2
-	@$(MAKE) --no-print-directory tools gapless >&2
+	@$(MAKE) --no-print-directory $(DEMO_DEPS) >&2
 	@$(BIN)/gapless demo $(DEMO_FLAGS)
 
 ## invoke: run a function once under aws-lambda-rie with an events/ fixture against the local
