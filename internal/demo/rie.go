@@ -222,19 +222,67 @@ func (r *rieFunctions) lanes(m int) func(string, int) (esm.Invoker, error) {
 		if m > 0 {
 			env = r.racerEnv
 		}
-		inst, err := r.start(env, r.boot.consumer, r.timeout)
+		key := fmt.Sprintf("%d/%s/%d", m, shardID, lane)
+		inst, err := r.startLane(key, env)
 		if err != nil {
 			return nil, err
 		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.closed {
-			_ = inst.Close()
-			return nil, errors.New("demo: functions closed")
-		}
-		r.lanesByKey[fmt.Sprintf("%d/%s/%d", m, shardID, lane)] = inst
-		return inst, nil
+		return &laneInvoker{r: r, key: key, env: env, inst: inst}, nil
 	}
+}
+
+// startLane starts a lane's emulator and registers it under key (closing a previous one).
+func (r *rieFunctions) startLane(key string, env map[string]string) (*rie.Instance, error) {
+	inst, err := r.start(env, r.boot.consumer, r.timeout)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		_ = inst.Close()
+		return nil, errors.New("demo: functions closed")
+	}
+	r.lanesByKey[key] = inst
+	return inst, nil
+}
+
+// laneInvoker is a lane's emulator that replaces itself after a runtime failure (the emulator
+// exited, or its port turned out to be another process's): the failed invocation is a function
+// error the mapping retries, and the retry gets a fresh emulator, as Lambda would give a fresh
+// sandbox. Without it one dead emulator fails its lane's every invocation until the records
+// are given up.
+type laneInvoker struct {
+	r    *rieFunctions
+	key  string
+	env  map[string]string
+	mu   sync.Mutex
+	inst *rie.Instance
+}
+
+func (l *laneInvoker) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	l.mu.Lock()
+	inst := l.inst
+	l.mu.Unlock()
+	if inst == nil {
+		var err error
+		if inst, err = l.r.startLane(l.key, l.env); err != nil {
+			return nil, fmt.Errorf("%w: %v", rie.ErrRuntime, err)
+		}
+		l.mu.Lock()
+		l.inst = inst
+		l.mu.Unlock()
+	}
+	out, err := inst.Invoke(ctx, payload)
+	if err != nil && errors.Is(err, rie.ErrRuntime) && ctx.Err() == nil {
+		l.mu.Lock()
+		if l.inst == inst {
+			l.inst = nil
+		}
+		l.mu.Unlock()
+		_ = inst.Close()
+	}
+	return out, err
 }
 
 func (r *rieFunctions) shardFinished(m int, shardID string) {
