@@ -37,7 +37,8 @@ var duplicateCauses = []struct{ key, label string }{
 	{"process_failed_after_send", "Process failed after its send reached the queue"},
 	{"partial_failure_redelivery", "redelivered after a lower record of its batch failed"},
 	{"function_error_after_processing", "invocation failed after processing it"},
-	{"unattributed", "not attributed (see the note)"},
+	{"queue_redelivered", "the queue handed one send out twice"},
+	{"unattributed", "not attributed"},
 }
 
 // Sources of a send to the target queue: which function's SQS proxy forwarded it.
@@ -276,9 +277,8 @@ func ledgerFailures(files ...string) map[string]bool {
 
 // duplicateCausesOf attributes every delivery of a record after its first to a cause, from the
 // sends the taps saw, the mappings' invocations, the consumer's ledger-failure log lines and the
-// producer's writes. tallied is the duplicate count at the target queue: the difference from
-// the attributed sends (a message the queue handed out twice, or a send the taps missed) is
-// counted as unattributed.
+// producer's writes. tallied is the duplicate count at the target queue: more than the
+// duplicate sends means the queue handed a message out twice (queue_redelivered).
 func duplicateCausesOf(sends []send, invs *invocationJournal, ledgerFailed map[string]bool, writes []written, parallelization, tallied int) map[string]int {
 	type rec struct {
 		shard, seq, key string
@@ -300,12 +300,12 @@ func duplicateCausesOf(sends []send, invs *invocationJournal, ledgerFailed map[s
 	for _, c := range duplicateCauses {
 		out[c.key] = 0
 	}
-	attributed := 0
+	dupSends := 0
 	for id, ss := range byID {
 		sort.SliceStable(ss, func(i, j int) bool { return ss[i].at.Before(ss[j].at) })
 		r := recs[id]
 		for k := 1; k < len(ss); k++ {
-			attributed++
+			dupSends++
 			out[causeOf(ss, k, r != nil && r.n > 1, func(s send) *invocation {
 				if r == nil || s.source == sourceReconciler {
 					return nil
@@ -323,7 +323,13 @@ func duplicateCausesOf(sends []send, invs *invocationJournal, ledgerFailed map[s
 			}, ledgerFailed)]++
 		}
 	}
-	out["unattributed"] += tallied - attributed
+	// The drain counted more deliveries than there were sends: SQS handed a message out again
+	// (at-least-once delivery, a visibility timeout that ran out under load).
+	if d := tallied - dupSends; d > 0 {
+		out["queue_redelivered"] = d
+	} else {
+		out["unattributed"] += d // negative: sends the drain never saw twice
+	}
 	return out
 }
 
@@ -386,7 +392,7 @@ func duplicateRows(res *Result) [][]string {
 			nonzero = nonzero || n != 0
 			row = append(row, fmt.Sprint(n))
 		}
-		if nonzero || c.key != "unattributed" {
+		if nonzero || (c.key != "unattributed" && c.key != "queue_redelivered") {
 			out = append(out, row)
 		}
 	}

@@ -204,7 +204,7 @@ func TestDuplicateCauses(t *testing.T) {
 	want := map[string]int{
 		"timeout_after_processing": 1, "sqs_send_retried": 1, "ledger_write_failed": 1, "partial_failure_redelivery": 1,
 		"racing_mapping": 1, "settle_window_replay": 1, "reconciler_replayed_again": 1, "process_failed_after_send": 1,
-		"business_key": 1, "unattributed": 1, "function_error_after_processing": 0,
+		"business_key": 1, "queue_redelivered": 1, "unattributed": 0, "function_error_after_processing": 0,
 	}
 	for k, n := range want {
 		if got[k] != n {
