@@ -25,7 +25,7 @@ func writeVariantFiles(v *variant, r *VariantResult) error {
 	v.mu.Lock()
 	var marks []chartMark
 	if !v.raceAt.IsZero() {
-		marks = append(marks, chartMark{at: v.raceAt.Sub(v.start), label: "2nd mapping"})
+		marks = append(marks, chartMark{at: v.raceAt.Sub(v.start), label: "2nd mapping", shard: v.raceShard})
 	}
 	if !v.splitAt.IsZero() {
 		marks = append(marks, chartMark{at: v.splitAt.Sub(v.start), label: "split"})
@@ -398,6 +398,7 @@ func mb(kb int64) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
 type chartMark struct {
 	at    time.Duration
 	label string
+	shard string // only on this shard's panel ("": every panel)
 }
 
 // Chart draws the timeline as an SVG: one panel per shard, time across, records up; produced
@@ -474,6 +475,9 @@ func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[
 		px := func(at time.Duration) float64 { return float64(x0) + float64(w)*at.Seconds()/end.Seconds() }
 		py := func(n int) float64 { return float64(y0+h) - float64(h)*float64(n)/float64(ymax) }
 		for k, m := range marks {
+			if m.shard != "" && m.shard != id {
+				continue
+			}
 			x := px(m.at)
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" stroke-dasharray="4,3"/><text x="%.1f" y="%d" fill="#d62728">%s</text>`+"\n",
 				x, y0, x, y0+h, x+3, y0+12+14*k, html.EscapeString(m.label))

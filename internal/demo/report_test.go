@@ -36,8 +36,10 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 		polylines int
 		contains  []string
 	}{
-		{name: "gapless: three lines per shard", tl: timeline(), gapless: true, marks: []chartMark{{time.Second, "split <&>"}},
+		{name: "gapless: three lines per shard", tl: timeline(), gapless: true, marks: []chartMark{{time.Second, "split <&>", ""}},
 			polylines: 6, contains: []string{"shardId-000000000000", "shardId-000000000001", "verified watermark", "split &lt;&amp;&gt;", "2s", "lost (0)"}},
+		{name: "a mark for one shard", tl: timeline(), polylines: 4, marks: []chartMark{{time.Second, "2nd mapping", "shardId-000000000001"}},
+			contains: []string{"2nd mapping"}},
 		{name: "lost and parked records are marked", tl: timeline(), polylines: 4,
 			ticks:    map[string][]chartTick{"shardId-000000000000": {{pos: 30}, {pos: 60}, {pos: 70, parked: true}}},
 			contains: []string{"lost (2)", "parked (1)", ">2 lost</text>", "<circle"}},
@@ -65,6 +67,9 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 						}
 					}
 				}
+			}
+			if n := strings.Count(svg, ">2nd mapping<"); len(tt.marks) > 0 && tt.marks[0].shard != "" && n != 1 {
+				t.Errorf("a one-shard mark is drawn %d times", n)
 			}
 			if polylines != tt.polylines {
 				t.Errorf("%d polylines, want %d", polylines, tt.polylines)
