@@ -27,17 +27,17 @@ import (
 // Duplicate causes: the keys of VariantResult.DuplicatesByCause, in the order the report shows
 // them, with their labels.
 var duplicateCauses = []struct{ key, label string }{
-	{"racing_mapping", "racing mapping (both mappings processed it)"},
+	{"racing_mapping", "racing mapping"},
 	{"ledger_write_failed", "retry after a failed ledger write"},
-	{"timeout_after_processing", "invocation timed out after processing it"},
-	{"settle_window_replay", "replay inside the settle window (a lane and the reconciler)"},
-	{"reconciler_replayed_again", "reconciler replayed it again (killed mid-replay)"},
-	{"business_key", "business key: the producer wrote it twice"},
-	{"sqs_send_retried", "SQS send retried by the SDK (response lost)"},
-	{"process_failed_after_send", "Process failed after its send reached the queue"},
-	{"partial_failure_redelivery", "redelivered after a lower record of its batch failed"},
-	{"function_error_after_processing", "invocation failed after processing it"},
-	{"queue_redelivered", "the queue handed one send out twice"},
+	{"timeout_after_processing", "timeout after processing"},
+	{"settle_window_replay", "replay inside the settle window"},
+	{"reconciler_replayed_again", "reconciler replayed it again"},
+	{"business_key", "business key (written twice)"},
+	{"sqs_send_retried", "SQS send retried (response lost)"},
+	{"process_failed_after_send", "Process failed after sending"},
+	{"partial_failure_redelivery", "resent after a lower record failed"},
+	{"function_error_after_processing", "function error after processing"},
+	{"queue_redelivered", "queue delivered one send twice"},
 	{"unattributed", "not attributed"},
 }
 

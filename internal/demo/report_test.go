@@ -111,13 +111,13 @@ func TestTableAndMarkdown(t *testing.T) {
 		t.Fatalf("header: %q", lines[0])
 	}
 	want := map[string][]string{
-		"LOST":                                          {"7", "40", "0"},
-		"parked (payload verified)":                     {"—", "—", "7"},
-		"gaps detected / replayed":                      {"—", "—", "116 / 93"},
-		"duplicates delivered":                          {"4388", "3000", "835"},
-		"  skipped as at/below the checkpoint":          {"—", "33", "—"},
-		"  racing mapping (both mappings processed it)": {"1388", "2000", "300"},
-		"  retry after a failed ledger write":           {"0", "0", "35"},
+		"LOST":                                 {"7", "40", "0"},
+		"parked (payload verified)":            {"—", "—", "7"},
+		"gaps detected / replayed":             {"—", "—", "116 / 93"},
+		"duplicates delivered":                 {"4388", "3000", "835"},
+		"  skipped as at/below the checkpoint": {"—", "33", "—"},
+		"  racing mapping":                     {"1388", "2000", "300"},
+		"  retry after a failed ledger write":  {"0", "0", "35"},
 	}
 	for label, cells := range want {
 		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, label+" ") })
