@@ -309,3 +309,65 @@ func TestDynamoCheckpointsReplace(t *testing.T) {
 		t.Fatalf("Get = %q, %v; want %s", v, err, seqOf(100))
 	}
 }
+
+// TestCheckpointDecidesSlowLaneLosesItsRecords: two lanes of one shard (different partition
+// keys, as with a ParallelizationFactor of 2) run freely in their own goroutines; lane A's first
+// record is slow — it finishes only after lane B has consumed all of its batches. Every batch A
+// reads afterwards is at or below B's checkpoint, so A drops it unprocessed.
+func TestCheckpointDecidesSlowLaneLosesItsRecords(t *testing.T) {
+	store := &memCheckpoints{vals: map[string]string{}}
+	aSlow, bDone := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	done := map[string]bool{}
+	process := func(_ context.Context, r pipeline.Record) error {
+		if r.ID.Seq == seqOf(1) {
+			close(aSlow) // A has read the checkpoint and is processing
+			<-bDone      // the slow record
+		}
+		mu.Lock()
+		done[r.ID.Seq] = true
+		mu.Unlock()
+		return nil
+	}
+	var stats baseline.Stats
+	h := baseline.CheckpointDecides(store, "g", process, baseline.WithStats(&stats))
+	lane := func(first int, after func()) error {
+		defer after()
+		for b := 0; b < 4; b++ { // 4 batches of 3 records: first, first+2, first+4, ...
+			var seqs []int
+			for i := 0; i < 3; i++ {
+				seqs = append(seqs, first+2*(3*b+i))
+			}
+			if _, err := h(context.Background(), shardEvent(2, seqs...)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() { errs <- lane(1, func() {}) })
+	wg.Go(func() {
+		<-aSlow
+		errs <- lane(2, func() { close(bDone) })
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lost []int
+	for s := 1; s <= 24; s++ {
+		if !done[seqOf(s)] {
+			lost = append(lost, s)
+		}
+	}
+	// A processed its first batch (1, 3, 5); its other 9 records are at or below B's checkpoint
+	// (24) when it reads it.
+	if len(lost) != 9 || lost[0] != 7 || stats.Filtered.Load() != 9 || stats.RacesLost.Load() != 1 {
+		t.Fatalf("lost %v, filtered %d, races lost %d; want A's last 9 records, filtered 9, 1 race lost",
+			lost, stats.Filtered.Load(), stats.RacesLost.Load())
+	}
+}

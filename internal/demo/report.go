@@ -89,8 +89,8 @@ func rows(res *Result) [][]string {
 		same("duplicates delivered", func(r *VariantResult) int { return r.Duplicates }),
 		row("parked (payload verified)", only(num(func(r *VariantResult) int { return r.Parked }), g)),
 		same("LOST", func(r *VariantResult) int { return r.Lost }),
-		row("  skipped as at/below the checkpoint", only(num(func(r *VariantResult) int { return r.Handler.Filtered }), VariantCheckpointDecides)),
-		row("  replaces lost (batch's rest skipped)", only(num(func(r *VariantResult) int { return r.Handler.RacesLost }), VariantCheckpointDecides)),
+		row("  skipped as at/below the checkpoint", only(num(func(r *VariantResult) int { return r.handler().Filtered }), VariantCheckpointDecides)),
+		row("  replaces lost (batch's rest skipped)", only(num(func(r *VariantResult) int { return r.handler().RacesLost }), VariantCheckpointDecides)),
 		same("records given up by the mapping", func(r *VariantResult) int { return r.Mapping.RecordsGivenUp }),
 		row("gaps detected / replayed", only(func(r *VariantResult) string { return fmt.Sprintf("%d / %d", r.GapsDetected, r.GapsReplayed) }, g)),
 		row("DynamoDB requests per batch", only(func(r *VariantResult) string { return fmt.Sprintf("%.2f", r.DDB.RequestsPerBatch) }, g)),
@@ -98,6 +98,14 @@ func rows(res *Result) [][]string {
 		same("invocations", func(r *VariantResult) int { return r.Mapping.Invocations }),
 		row("seconds", func(r *VariantResult) string { return fmt.Sprintf("%.0f", r.Seconds) }),
 	}
+}
+
+// handler is the variant's handler decisions (zero when it has none).
+func (r *VariantResult) handler() HandlerStats {
+	if r.Handler == nil {
+		return HandlerStats{}
+	}
+	return *r.Handler
 }
 
 // header is the table's first row: an empty label, then the variants' titles.
