@@ -63,6 +63,7 @@ func (e *env) pickRuntime(ctx context.Context) error {
 		e.runtime = RuntimeInProcess
 		return nil
 	case RuntimeAuto:
+		e.progress.phase("runtime", "checking that the function mains apply "+chaos.EnvVar+" (go list -deps)")
 		if ok, _, why := mainsApplyChaos(ctx, e.root); !ok {
 			e.runtime = RuntimeInProcess
 			e.progress.phase("runtime", "in-process handlers ("+why+")")
