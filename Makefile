@@ -65,13 +65,18 @@ bench-go:
 	  $(GO) test -run '^$$' -bench 'Set|InMemory' $(BENCH_GO_FLAGS) ./internal/dedupe; } > $(BENCH_GO_OUT)
 	@echo "wrote $(BENCH_GO_OUT) (compare runs with: benchstat old.txt $(BENCH_GO_OUT))"
 
-## demo: the seed's load test with every fault on, the mapping alone vs. gapless, side by side
-## (report in reports/demo-<timestamp>/). Flags: make demo DEMO_FLAGS="--seed 7 --json"; soak:
-## make demo DEMO_FLAGS="--duration 10m". `bin/gapless demo --help` lists them all.
+## demo: the seed's load test with every fault on: the mapping alone, checkpoint decides (the
+## seed report's consumer) and gapless, side by side (report in reports/demo-<timestamp>/).
+## Flags: make demo DEMO_FLAGS="--seed 7 --json"; soak: make demo DEMO_FLAGS="--duration 10m".
+## `bin/gapless demo --help` lists them all. Stdout carries only the demo's table or JSON
+## object (make demo DEMO_FLAGS=--json | jq .lost): the installs and builds report on stderr.
 DEMO_FLAGS ?=
+DEMO_DEPS  ?= tools gapless
 .PHONY: demo
-demo: tools gapless
-	$(BIN)/gapless demo $(DEMO_FLAGS)
+demo:
+	@echo "== installing the emulators (npm ci, when missing) and building $(BIN)/gapless" >&2
+	@$(MAKE) --no-print-directory $(DEMO_DEPS) >&2
+	@$(BIN)/gapless demo $(DEMO_FLAGS)
 
 ## invoke: run a function once under aws-lambda-rie with an events/ fixture against the local
 ## stack (the local `sam local invoke`, variables from events/env.json); starts the stack when

@@ -17,7 +17,7 @@ import (
 
 func init() {
 	commands["demo"] = command{
-		summary: "the seed's load test with faults: the mapping alone vs. gapless, side by side",
+		summary: "the seed's load test with faults: the mapping alone, checkpoint decides and gapless, side by side",
 		run:     runDemo,
 	}
 }
@@ -33,9 +33,10 @@ func demoFlags(stderr io.Writer) (*flag.FlagSet, *demo.Config, *demoCLI) {
 
 Runs the seed report's load test on the local stack (started on 127.0.0.1 and stopped again,
 emulators installed when missing): the same seeded workload through the event-source mapping
-alone, then through gapless, with every fault on. Prints the two side by side and writes a
-report (markdown, SVG chart, JSON) to reports/demo-<timestamp>/. Exits 1 when gapless loses a
-record or cannot prove it lost none. Ctrl-C stops everything it started.
+alone, through the seed report's consumer (checkpoint decides), then through gapless, with every
+fault on. Prints them side by side and writes a report (markdown, SVG charts, JSON) to
+reports/demo-<timestamp>/. Exits 1 when gapless loses a record or cannot prove it lost none.
+Ctrl-C stops everything it started.
 
 workload:
 `)
@@ -48,7 +49,7 @@ workload:
 		printFlags(fs, "transient", "panic", "slow", "slow-for", "poison", "ddb-throttle", "ddb-error", "ddb-drop",
 			"sqs-throttle", "sqs-error", "sqs-drop", "split", "kill-reconciler", "race", "no-faults")
 		fmt.Fprint(fs.Output(), "\nrun:\n")
-		printFlags(fs, "json", "baseline", "runtime", "timeout", "reports", "backend", "reuse-stack")
+		printFlags(fs, "json", "variants", "baseline", "runtime", "timeout", "reports", "full-report", "backend", "reuse-stack")
 	}
 	fs.IntVar(&cfg.Records, "records", cfg.Records, "records to produce (with --duration: 0 means rate × duration)")
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "initial shards of the stream")
@@ -85,7 +86,9 @@ workload:
 	fs.DurationVar(&cfg.Retention, "retention", 0, "the stream's retention period under --expire (0: 30s)")
 	fs.BoolVar(&cli.noFaults, "no-faults", false, "turn every fault off but --expire (overrides the other fault flags)")
 	fs.BoolVar(&cli.json, "json", false, "print one JSON object on stdout instead of the table")
-	fs.BoolVar(&cfg.Baseline, "baseline", cfg.Baseline, "run the mapping-alone variant first")
+	fs.BoolVar(&cfg.Baseline, "baseline", cfg.Baseline, "with --variants unset: run the comparison variants (mapping alone, checkpoint decides) before gapless")
+	fs.StringVar(&cli.variants, "variants", "", "comma-separated variants to run, in this order: mapping-alone, checkpoint-decides, gapless, or all (default all; a soak: gapless)")
+	fs.BoolVar(&cfg.FullReport, "full-report", false, "keep everything in the report directory (SDK and emulator logs, bootstraps, every process's memory row)")
 	fs.StringVar(&cfg.Runtime, "runtime", cfg.Runtime, "gapless functions: auto, rie (bootstraps under the Lambda runtime interface emulator) or inprocess")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "bound on the whole run (0: 10m plus --duration)")
 	fs.StringVar(&cfg.ReportsDir, "reports", "", "directory for demo-<timestamp>/ (default <repo>/reports)")
@@ -96,6 +99,7 @@ workload:
 
 type demoCLI struct {
 	json, noFaults, reuse bool
+	variants              string
 }
 
 func printFlags(fs *flag.FlagSet, names ...string) {
@@ -141,6 +145,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if cli.noFaults {
 		cfg.Faults = demo.Faults{Expire: cfg.Faults.Expire} // --expire isolates the retention fault
+	}
+	if set["variants"] {
+		vs, err := demo.ParseVariants(cli.variants)
+		if err != nil {
+			fmt.Fprintln(stderr, "gapless demo:", err)
+			return errUsage
+		}
+		cfg.Variants = vs
 	}
 	opts := demo.Options{
 		// The emulators take any credentials: fixed ones, so nothing looks for real ones.

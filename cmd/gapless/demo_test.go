@@ -49,6 +49,11 @@ func TestDemoFlags(t *testing.T) {
 				t.Fatalf("parsed %+v %+v", cfg, cli)
 			}
 		}},
+		{"variants", []string{"--variants", "gapless,checkpoint-decides"}, func(t *testing.T, cfg demo.Config, cli *demoCLI) {
+			if cli.variants != "gapless,checkpoint-decides" {
+				t.Fatalf("variants %q", cli.variants)
+			}
+		}},
 		{"retry settings", []string{"--retry-attempts", "-1", "--max-record-age", "2m", "--function-timeout", "10s", "--bisect=false"},
 			func(t *testing.T, cfg demo.Config, _ *demoCLI) {
 				if cfg.RetryAttempts != -1 || cfg.MaxRecordAge != 2*time.Minute || cfg.FunctionTimeout != 10*time.Second || cfg.Bisect {
@@ -77,6 +82,8 @@ func TestDemoRejectsBadSettingsBeforeStartingAnything(t *testing.T) {
 		{[]string{"--runtime", "docker"}, `runtime "docker"`},
 		{[]string{"--records", "x"}, `invalid value "x" for flag -records`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--variants", "gapless,bare"}, `unknown variant "bare"`},
+		{[]string{"--variants", ""}, `variants: none given`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -114,8 +121,8 @@ func TestDemoJSON(t *testing.T) {
 	if dec.More() {
 		t.Fatal("more than one JSON value on stdout")
 	}
-	for _, k := range []string{"produced", "delivered_unique", "duplicates", "parked", "lost", "lost_esm_only", "gaps_detected",
-		"gaps_replayed", "ddb_requests_per_batch", "ddb_wcu_per_record", "seconds"} {
+	for _, k := range []string{"produced", "delivered_unique", "duplicates", "parked", "lost", "lost_esm_only", "lost_checkpoint_decides",
+		"gaps_detected", "gaps_replayed", "ddb_requests_per_batch", "ddb_wcu_per_record", "seconds"} {
 		if _, ok := obj[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}

@@ -1,5 +1,5 @@
-// Package baseline holds the two Kinesis handlers gapless is measured against. Neither is part
-// of gapless: they are the recipes a team writes without it, kept faithful so the benchmark
+// Package baseline holds the Kinesis handlers gapless is measured against. None is part of
+// gapless: they are the recipes a team writes without it, kept faithful so the benchmark
 // (internal/bench, `gapless bench`) and the demo compare like with like.
 //
 //   - Bare is "the mapping alone": every record of the event through Process, no state, and a
@@ -8,6 +8,10 @@
 //   - Idempotent is Bare plus the record-level idempotency recipe of Powertools for AWS Lambda
 //     (Python, TypeScript, Java, .NET): one DynamoDB item per record, claimed INPROGRESS with a
 //     conditional PutItem before Process and set COMPLETED with an UpdateItem after it.
+//   - CheckpointDecides is the seed report's consumer: a shared per-shard checkpoint read before
+//     the batch filters out records at or below it, and a lost compare-and-replace skips the
+//     rest of the batch (checkpoint.go). It loses records whenever two batches of one shard run
+//     at once; the demo runs it to show that failure.
 //
 // # The Powertools recipe, as implemented here
 //
@@ -84,6 +88,11 @@ type Stats struct {
 	Failed     atomic.Int64 // records that failed (Process error, panic, in progress, store error)
 	Duplicates atomic.Int64 // Idempotent only: skipped because their item was COMPLETED
 	InProgress atomic.Int64 // Idempotent only: the part of Failed that was ErrInProgress
+	// CheckpointDecides only: records dropped as at or below the stored checkpoint, batches
+	// whose compare-and-replace lost, and failed records those batches left unretried.
+	Filtered  atomic.Int64
+	RacesLost atomic.Int64
+	Abandoned atomic.Int64
 }
 
 type options struct {

@@ -3,6 +3,7 @@ package demo
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/chaos"
@@ -94,8 +95,13 @@ type Config struct {
 
 	Faults Faults
 
-	// Baseline runs the mapping-alone variant before gapless.
+	// Baseline runs the comparison variants (mapping alone, checkpoint decides) before gapless
+	// when Variants is empty.
 	Baseline bool
+	// Variants are the variants to run (VariantBaseline, VariantCheckpointDecides,
+	// VariantGapless; ParseVariants reads them), run in that order; empty: all three, or gapless
+	// alone when Baseline is false.
+	Variants []string
 	Runtime  string
 	// Retention is the stream's retention period under Faults.Expire (0: 30s). One shard's
 	// invocations are held for Retention plus 5s from the start of the run.
@@ -106,6 +112,10 @@ type Config struct {
 	ReportsDir string
 	// Backend of a stack the demo starts itself.
 	Backend string
+	// FullReport keeps everything in the report directory: the SDK log, the emulators' logs,
+	// the chaos state and every process's memory row in report.md. Without it the report keeps
+	// what a reader needs (report.md, result.json, charts, timelines, function logs).
+	FullReport bool
 }
 
 // DefaultConfig is `make demo`: the seed's load test (4,500 records) over 4 shards with
@@ -153,6 +163,12 @@ func (c Config) withDefaults() Config {
 	if c.Backend == "" {
 		c.Backend = BackendDynalite
 	}
+	if len(c.Variants) == 0 {
+		c.Variants = []string{VariantGapless}
+		if c.Baseline {
+			c.Variants = AllVariants()
+		}
+	}
 	return c
 }
 
@@ -195,7 +211,7 @@ func (c Config) Validate() error {
 		return bad("function timeout %s: whole seconds, at least 1s", c.FunctionTimeout)
 	case c.RetryAttempts < -1 || c.RetryAttempts > 10000:
 		return bad("retry attempts %d outside -1..10000", c.RetryAttempts)
-	case c.RetryAttempts == -1 && c.Baseline && f.Poison > 0 && c.MaxRecordAge <= 0:
+	case c.RetryAttempts == -1 && c.runs(VariantBaseline, VariantCheckpointDecides) && f.Poison > 0 && c.MaxRecordAge <= 0:
 		return bad("retry attempts -1 without a record age: a poison record would block the mapping-alone run forever")
 	case c.MaxRecordAttempts < 1 || c.MaxRecordAttempts > 1000:
 		return bad("max record attempts %d outside 1..1000", c.MaxRecordAttempts)
@@ -205,6 +221,9 @@ func (c Config) Validate() error {
 		return bad("reconcile schedule %s must be positive", c.ReconcileEvery)
 	case f.Transient+f.Panic+f.Slow > 1:
 		return bad("transient+panic+slow exceeds 1")
+	}
+	if _, err := ParseVariants(strings.Join(c.Variants, ",")); err != nil {
+		return err
 	}
 	switch c.Runtime {
 	case RuntimeAuto, RuntimeRIE, RuntimeInProcess:

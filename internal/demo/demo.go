@@ -34,6 +34,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -59,40 +60,75 @@ type Options struct {
 	Root string
 }
 
-// Result is the outcome of a run. The top-level figures are gapless's; LostESMOnly is the
-// mapping alone's loss on the same workload (nil when that variant did not run).
+// Result is the outcome of a run. The top-level figures are gapless's; LostESMOnly and
+// LostCheckpointDecides are the comparison variants' losses on the same workload (nil when the
+// variant did not run).
 type Result struct {
-	Produced        int  `json:"produced"`
-	DeliveredUnique int  `json:"delivered_unique"`
-	Duplicates      int  `json:"duplicates"`
-	Parked          int  `json:"parked"`
-	Lost            int  `json:"lost"`
-	LostESMOnly     *int `json:"lost_esm_only"`
+	Produced              int  `json:"produced"`
+	DeliveredUnique       int  `json:"delivered_unique"`
+	Duplicates            int  `json:"duplicates"`
+	Parked                int  `json:"parked"`
+	Lost                  int  `json:"lost"`
+	LostESMOnly           *int `json:"lost_esm_only"`
+	LostCheckpointDecides *int `json:"lost_checkpoint_decides"`
 	// LostToRetention: records trimmed from the stream (--expire) before they were delivered
 	// or parked; not in Lost. Exact: the retention proxy knows every record it trimmed.
-	LostToRetention     int     `json:"lost_to_retention"`
-	GapsDetected        int     `json:"gaps_detected"`
-	GapsReplayed        int     `json:"gaps_replayed"`
-	DDBRequestsPerBatch float64 `json:"ddb_requests_per_batch"`
-	DDBWCUPerRecord     float64 `json:"ddb_wcu_per_record"`
-	Seconds             float64 `json:"seconds"`
+	LostToRetention int `json:"lost_to_retention"`
+	// Variants are the variants that ran, in order.
+	Variants            []string `json:"variants"`
+	GapsDetected        int      `json:"gaps_detected"`
+	GapsReplayed        int      `json:"gaps_replayed"`
+	DDBRequestsPerBatch float64  `json:"ddb_requests_per_batch"`
+	DDBWCUPerRecord     float64  `json:"ddb_wcu_per_record"`
+	Seconds             float64  `json:"seconds"`
 	// Verified: the reconciler verified every shard before the run ended.
 	Verified  bool   `json:"verified"`
 	Runtime   string `json:"runtime"`
 	Seed      uint64 `json:"seed"`
 	ReportDir string `json:"report_dir"`
+	// FullReport: the report directory keeps everything (see Config.FullReport).
+	FullReport bool `json:"full_report"`
 
-	Gapless  *VariantResult `json:"gapless"`
-	Baseline *VariantResult `json:"mapping_alone,omitempty"`
-	Settings Settings       `json:"settings"`
+	Gapless           *VariantResult `json:"gapless"`
+	Baseline          *VariantResult `json:"mapping_alone,omitempty"`
+	CheckpointDecides *VariantResult `json:"checkpoint_decides,omitempty"`
+	Settings          Settings       `json:"settings"`
 }
 
 // OK reports whether gapless lost nothing and proved it: no record lost, every parked message
-// carrying the produced payload, and every shard verified before the deadline.
+// carrying the produced payload, and every shard verified before the deadline. A run without
+// the gapless variant has nothing to prove and is OK.
 func (r *Result) OK() bool {
-	return r.Gapless != nil && r.Lost == 0 && r.Verified && r.Gapless.ParkedBadPayload == 0 &&
+	if r.Gapless == nil {
+		return !slices.Contains(r.Variants, VariantGapless)
+	}
+	return r.Lost == 0 && r.Verified && r.Gapless.ParkedBadPayload == 0 &&
 		// a record lost to retention must have raised gapless's alarm (a counted span)
 		(r.Gapless.LostToRetention == 0 || r.Gapless.Reconciler.LostToRetention > 0)
+}
+
+// variant returns the result of the named variant (nil when it did not run).
+func (r *Result) variant(name string) *VariantResult {
+	switch name {
+	case VariantBaseline:
+		return r.Baseline
+	case VariantCheckpointDecides:
+		return r.CheckpointDecides
+	case VariantGapless:
+		return r.Gapless
+	}
+	return nil
+}
+
+// ran are the results of the variants that ran, in run order.
+func (r *Result) ran() []*VariantResult {
+	var out []*VariantResult
+	for _, name := range AllVariants() {
+		if v := r.variant(name); v != nil {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // VariantResult is one variant's figures.
@@ -121,6 +157,9 @@ type VariantResult struct {
 	// LostRecords says where the first lost records were in the stream.
 	LostRecords []LostRecord `json:"lost_records,omitempty"`
 	Unexpected  int          `json:"unexpected"`
+	// DuplicatesByCause attributes every duplicate delivery (see duplicateCauses); the values
+	// sum to Duplicates.
+	DuplicatesByCause map[string]int `json:"duplicates_by_cause,omitempty"`
 	// DrainReceiveErrors counts receives of the demo's own drains that failed (their messages
 	// stayed in flight and were drained once visible again).
 	DrainReceiveErrors int `json:"drain_receive_errors"`
@@ -132,6 +171,9 @@ type VariantResult struct {
 	Verified     bool    `json:"verified"`
 	TimedOut     bool    `json:"timed_out"`
 	Seconds      float64 `json:"seconds"`
+
+	// Handler counts the checkpoint-decides handler's decisions (that variant only).
+	Handler *HandlerStats `json:"handler,omitempty"`
 
 	Mapping    MappingStats    `json:"mapping"`
 	Reconciler ReconcilerStats `json:"reconciler"`
@@ -153,6 +195,19 @@ type LostRecord struct {
 	LedgerParked   bool   `json:"ledger_parked"`
 	LedgerAttempts int    `json:"ledger_attempts"`
 	LedgerError    string `json:"ledger_error,omitempty"`
+}
+
+// HandlerStats are what the checkpoint-decides handler (internal/baseline) reports deciding.
+type HandlerStats struct {
+	Received  int `json:"records_received"`
+	Processed int `json:"processed"`
+	Failed    int `json:"failed"`
+	// Filtered: records dropped as at or below the stored checkpoint ("processed by the other
+	// consumer"); RacesLost: batches whose compare-and-replace lost; Abandoned: failed records
+	// those batches left unretried.
+	Filtered  int `json:"filtered_at_or_below_checkpoint"`
+	RacesLost int `json:"replaces_lost"`
+	Abandoned int `json:"failed_records_abandoned"`
 }
 
 // MappingStats counts the event-source mappings' events.
@@ -270,6 +325,14 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("demo: report directory: %w", err)
 	}
+	// Runs last (after the stack stopped): a finished run without --full-report keeps only
+	// what a reader needs.
+	prune := false
+	defer func() {
+		if prune {
+			pruneReport(dir)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 
@@ -314,45 +377,44 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 		return nil, err
 	}
 
-	res := &Result{Runtime: e.runtime, Seed: cfg.Seed, ReportDir: dir, Settings: cfg.settings()}
-	if cfg.Baseline {
-		v, err := newVariant(e, VariantBaseline, false)
+	res := &Result{Runtime: e.runtime, Seed: cfg.Seed, ReportDir: dir, Settings: cfg.settings(), Variants: cfg.Variants, FullReport: cfg.FullReport}
+	for _, name := range cfg.Variants {
+		v, err := newVariant(e, name, name == VariantGapless)
 		if err != nil {
 			return nil, err
 		}
-		br, err := v.run(ctx)
+		vr, err := v.run(ctx)
 		if err != nil {
 			return nil, err
 		}
-		res.Baseline = br
-		lost := br.Lost
-		res.LostESMOnly = &lost
-		if err := writeVariantFiles(v, br); err != nil {
+		if err := writeVariantFiles(v, vr); err != nil {
 			return nil, err
 		}
+		lost := vr.Lost
+		res.Produced = vr.Produced
+		switch name {
+		case VariantBaseline:
+			res.Baseline, res.LostESMOnly = vr, &lost
+		case VariantCheckpointDecides:
+			res.CheckpointDecides, res.LostCheckpointDecides = vr, &lost
+		case VariantGapless:
+			res.Gapless = vr
+			res.Produced, res.DeliveredUnique, res.Duplicates = vr.Produced, vr.DeliveredUnique, vr.Duplicates
+			res.Parked, res.Lost, res.LostToRetention = vr.Parked, vr.Lost, vr.LostToRetention
+			res.GapsDetected, res.GapsReplayed = vr.GapsDetected, vr.GapsReplayed
+			res.DDBRequestsPerBatch, res.DDBWCUPerRecord = vr.DDB.RequestsPerBatch, vr.DDB.WCUPerRecord
+			res.Verified = vr.Verified
+		}
 	}
-	v, err := newVariant(e, VariantGapless, true)
-	if err != nil {
-		return nil, err
-	}
-	gr, err := v.run(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := writeVariantFiles(v, gr); err != nil {
-		return nil, err
-	}
-	res.Gapless = gr
-	res.Produced, res.DeliveredUnique, res.Duplicates = gr.Produced, gr.DeliveredUnique, gr.Duplicates
-	res.Parked, res.Lost, res.LostToRetention = gr.Parked, gr.Lost, gr.LostToRetention
-	res.GapsDetected, res.GapsReplayed = gr.GapsDetected, gr.GapsReplayed
-	res.DDBRequestsPerBatch, res.DDBWCUPerRecord = gr.DDB.RequestsPerBatch, gr.DDB.WCUPerRecord
-	res.Verified = gr.Verified
 	res.Seconds = time.Since(started).Seconds()
 	prog.stop()
+	if err := writeOutcomeChart(res); err != nil {
+		return res, err
+	}
 	if err := writeReport(res); err != nil {
 		return res, err
 	}
+	prune = !cfg.FullReport
 	return res, nil
 }
 

@@ -102,10 +102,36 @@ func TestDemoEndToEnd(t *testing.T) {
 		}
 	}
 
-	// The report.
-	for _, f := range []string{"report.md", "result.json", "gapless/chart.svg", "mapping-alone/chart.svg", "gapless/timeline.json"} {
+	// The report's consumer on the same workload: counted like the others, with its decisions.
+	c := res.CheckpointDecides
+	if c == nil || res.LostCheckpointDecides == nil || c.Handler == nil {
+		t.Fatal("no checkpoint-decides result")
+	}
+	if c.DeliveredUnique+c.Lost != c.Produced || c.Parked != 0 || *res.LostCheckpointDecides != c.Lost {
+		t.Errorf("checkpoint decides: produced %d, delivered %d, parked %d, lost %d", c.Produced, c.DeliveredUnique, c.Parked, c.Lost)
+	}
+	t.Logf("checkpoint decides lost %d (filtered %d, replaces lost %d, failed records abandoned %d)",
+		c.Lost, c.Handler.Filtered, c.Handler.RacesLost, c.Handler.Abandoned)
+	for _, v := range res.ran() {
+		sum := 0
+		for _, n := range v.DuplicatesByCause {
+			sum += n
+		}
+		if sum != v.Duplicates {
+			t.Errorf("%s: duplicates by cause sum to %d, duplicates %d: %v", v.Name, sum, v.Duplicates, v.DuplicatesByCause)
+		}
+	}
+
+	// The report: what a reader needs, not the bulk.
+	for _, f := range []string{"report.md", "result.json", "outcome.svg", "gapless/chart.svg", "mapping-alone/chart.svg",
+		"checkpoint-decides/chart.svg", "gapless/timeline.json"} {
 		if _, err := os.Stat(filepath.Join(res.ReportDir, f)); err != nil {
 			t.Errorf("report file %s: %v", f, err)
+		}
+	}
+	for _, f := range []string{"sdk.log", "bin", "gapless/chaos-state"} {
+		if _, err := os.Stat(filepath.Join(res.ReportDir, f)); err == nil {
+			t.Errorf("report keeps %s without --full-report", f)
 		}
 	}
 	raw, err := os.ReadFile(filepath.Join(res.ReportDir, "result.json"))
@@ -116,8 +142,8 @@ func TestDemoEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(raw, &top); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"produced", "delivered_unique", "duplicates", "parked", "lost", "lost_esm_only", "gaps_detected",
-		"gaps_replayed", "ddb_requests_per_batch", "ddb_wcu_per_record", "seconds"} {
+	for _, k := range []string{"produced", "delivered_unique", "duplicates", "parked", "lost", "lost_esm_only", "lost_checkpoint_decides",
+		"checkpoint_decides", "gaps_detected", "gaps_replayed", "ddb_requests_per_batch", "ddb_wcu_per_record", "seconds"} {
 		if _, ok := top[k]; !ok {
 			t.Errorf("result.json lacks %q", k)
 		}

@@ -61,12 +61,14 @@ type functionEnv struct {
 	targetURL, parkedURL         string
 	kinesisURL                   string // direct: the proxies sit in front of DynamoDB and SQS only
 	consumerDDB, consumerSQS     string
+	racerSQS                     string // the racing mapping's consumer's SQS endpoint
 	reconcilerDDB, reconcilerSQS string
 	maxRecordAttempts            int
 	deadlineMargin               time.Duration
 	settleAfter                  time.Duration
 	chaos                        chaos.Config
 	log                          *slog.Logger
+	decidesTable                 string // checkpoint decides: the shared checkpoint's table
 }
 
 // consumerDeadlineMargin leaves the pipeline this much of the function timeout for its writes.
@@ -80,15 +82,23 @@ func consumerDeadlineMargin(timeout time.Duration) time.Duration {
 // frozen sandbox would never write again, every call it makes after the deadline fails).
 type inProcess struct {
 	invoke func(ctx context.Context, payload []byte) ([]byte, error)
-	rec    *reconcile.Handler
-	chaos  *chaos.Chaos
-	kills  *killSwitch
+	// invokeRace is the racing mapping's consumer: the same handler over its own SQS client.
+	invokeRace func(ctx context.Context, payload []byte) ([]byte, error)
+	rec        *reconcile.Handler
+	chaos      *chaos.Chaos
+	kills      *killSwitch
+	// stats are the baseline handler's counts (mapping alone, checkpoint decides).
+	stats *baseline.Stats
 }
 
 var _ functions = (*inProcess)(nil)
 
-func (p *inProcess) lanes(int) func(string, int) (esm.Invoker, error) {
-	return func(string, int) (esm.Invoker, error) { return invokerFunc(p.invoke), nil }
+func (p *inProcess) lanes(m int) func(string, int) (esm.Invoker, error) {
+	inv := p.invoke
+	if m > 0 && p.invokeRace != nil {
+		inv = p.invokeRace
+	}
+	return func(string, int) (esm.Invoker, error) { return invokerFunc(inv), nil }
 }
 func (p *inProcess) shardFinished(int, string) {}
 func (p *inProcess) chaosStats() chaos.Stats   { return p.chaos.Stats() }
@@ -248,6 +258,11 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 		return nil, err
 	}
 	h := consumer.NewHandler(cp, env.group, env.log)
+	racePipeline, _, err := build(env.consumerDDB, env.racerSQS, same, env.deadlineMargin)
+	if err != nil {
+		return nil, err
+	}
+	hRace := consumer.NewHandler(racePipeline, env.group, env.log)
 	ks := &killSwitch{}
 	rp, cps, err := build(env.reconcilerDDB, env.reconcilerSQS, func(p pipeline.ProcessFunc) pipeline.ProcessFunc { return killingProcess(p, ks) }, 2*time.Second)
 	if err != nil {
@@ -261,33 +276,48 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &inProcess{
-		invoke: func(ctx context.Context, payload []byte) ([]byte, error) {
+	handle := func(h *consumer.Handler) func(ctx context.Context, payload []byte) ([]byte, error) {
+		return func(ctx context.Context, payload []byte) ([]byte, error) {
 			resp, err := h.HandleJSON(ctx, payload)
 			if err != nil {
 				return nil, err
 			}
 			return json.Marshal(resp)
-		},
-		rec:   reconcile.NewHandler(r, nil, env.log),
-		chaos: ch,
-		kills: ks,
+		}
+	}
+	return &inProcess{
+		invoke:     handle(h),
+		invokeRace: handle(hRace),
+		rec:        reconcile.NewHandler(r, nil, env.log),
+		chaos:      ch,
+		kills:      ks,
 	}, nil
 }
 
-// newInProcessBaseline is the mapping alone: internal/baseline's Bare handler (every record
-// through Process, partial batch response, no state) with the same Process and chaos.
-func newInProcessBaseline(env functionEnv) (*inProcess, error) {
+// newInProcessBaseline is a comparison variant's consumer, with the same Process and chaos as
+// gapless: for the mapping alone internal/baseline's Bare handler (every record through
+// Process, partial batch response, no state); for checkpoint decides its CheckpointDecides
+// handler over a shared checkpoint table, reached through the consumer's DynamoDB proxy.
+func newInProcessBaseline(name string, env functionEnv) (*inProcess, error) {
 	env.awsCfg = withSDKLog(env.awsCfg, env.log)
 	ch, err := chaos.New(env.chaos)
 	if err != nil {
 		return nil, err
 	}
-	c := newClients(env.awsCfg, env.kinesisURL, env.consumerDDB, env.consumerSQS, false)
-	h := baseline.Bare(ch.Wrap(process.New(c.sqs, env.targetURL)),
-		baseline.WithConcurrency(config.DefaultMaxConcurrency), baseline.WithLogger(env.log))
-	return &inProcess{
-		invoke: func(ctx context.Context, payload []byte) ([]byte, error) {
+	stats := &baseline.Stats{}
+	opts := []baseline.Option{baseline.WithConcurrency(config.DefaultMaxConcurrency), baseline.WithLogger(env.log), baseline.WithStats(stats)}
+	// One handler per mapping, the same but for the SQS endpoint (the racing mapping's proxy).
+	handler := func(sqsURL string) func(ctx context.Context, payload []byte) ([]byte, error) {
+		c := newClients(env.awsCfg, env.kinesisURL, env.consumerDDB, sqsURL, false)
+		proc := ch.Wrap(process.New(c.sqs, env.targetURL))
+		var h baseline.Handler
+		switch name {
+		case VariantCheckpointDecides:
+			h = baseline.CheckpointDecides(baseline.NewDynamoCheckpoints(c.ddb, env.decidesTable), env.group, proc, opts...)
+		default:
+			h = baseline.Bare(proc, opts...)
+		}
+		return func(ctx context.Context, payload []byte) ([]byte, error) {
 			var ev events.KinesisEvent
 			if err := json.Unmarshal(payload, &ev); err != nil {
 				return nil, err
@@ -297,8 +327,13 @@ func newInProcessBaseline(env functionEnv) (*inProcess, error) {
 				return nil, err
 			}
 			return json.Marshal(resp)
-		},
-		chaos: ch,
-		kills: &killSwitch{},
+		}
+	}
+	return &inProcess{
+		stats:      stats,
+		invoke:     handler(env.consumerSQS),
+		invokeRace: handler(env.racerSQS),
+		chaos:      ch,
+		kills:      &killSwitch{},
 	}, nil
 }

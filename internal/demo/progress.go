@@ -74,3 +74,34 @@ func (p *progress) stop() {
 	defer p.mu.Unlock()
 	p.endLine()
 }
+
+// ticking prints msg as a phase line, then, until the returned stop is called, a status line
+// with the time spent every few seconds (rewritten in place on a terminal): long silent steps
+// such as the first build of the bootstraps show they are alive.
+func (p *progress) ticking(msg string) (stop func()) {
+	p.phase("build", msg)
+	start := time.Now()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				p.status(fmt.Sprintf("[build %4ds] %s", int(time.Since(start).Seconds()), msg))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		p.mu.Lock()
+		p.endLine()
+		p.mu.Unlock()
+		p.phase("build", fmt.Sprintf("done in %.0fs", time.Since(start).Seconds()))
+	}
+}

@@ -32,17 +32,23 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 		tl        []Sample
 		gapless   bool
 		marks     []chartMark
+		ticks     map[string][]chartTick
 		polylines int
 		contains  []string
 	}{
-		{name: "gapless: three lines per shard", tl: timeline(), gapless: true, marks: []chartMark{{time.Second, "split <&>"}},
-			polylines: 6, contains: []string{"shardId-000000000000", "shardId-000000000001", "verified watermark", "split &lt;&amp;&gt;", "2s"}},
+		{name: "gapless: three lines per shard", tl: timeline(), gapless: true, marks: []chartMark{{time.Second, "split <&>", ""}},
+			polylines: 6, contains: []string{"shardId-000000000000", "shardId-000000000001", "verified watermark", "split &lt;&amp;&gt;", "2s", "lost (0)"}},
+		{name: "a mark for one shard", tl: timeline(), polylines: 4, marks: []chartMark{{time.Second, "2nd mapping", "shardId-000000000001"}},
+			contains: []string{"2nd mapping"}},
+		{name: "lost and parked records are marked", tl: timeline(), polylines: 4,
+			ticks:    map[string][]chartTick{"shardId-000000000000": {{pos: 30}, {pos: 60}, {pos: 70, parked: true}}},
+			contains: []string{"lost (2)", "parked (1)", ">2 lost</text>", "<circle"}},
 		{name: "mapping alone: no watermark", tl: timeline(), polylines: 4, contains: []string{"slowest lane"}},
 		{name: "no samples", tl: nil, gapless: true, polylines: 0, contains: []string{"no samples"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svg := Chart(tt.tl, tt.gapless, tt.marks)
+			svg := Chart("v", tt.tl, tt.gapless, tt.marks, tt.ticks)
 			dec := xml.NewDecoder(strings.NewReader(svg))
 			polylines := 0
 			for {
@@ -61,6 +67,9 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 						}
 					}
 				}
+			}
+			if n := strings.Count(svg, ">2nd mapping<"); len(tt.marks) > 0 && tt.marks[0].shard != "" && n != 1 {
+				t.Errorf("a one-shard mark is drawn %d times", n)
 			}
 			if polylines != tt.polylines {
 				t.Errorf("%d polylines, want %d", polylines, tt.polylines)
@@ -82,22 +91,33 @@ func sampleResult() *Result {
 		DDB:     DDBStats{RequestsPerBatch: 2.8, WCUPerRecord: 0.216, Requests: map[string]int{"Query": 10, "PutItem": 9}}}
 	b := &VariantResult{Name: VariantBaseline, Produced: 4500, PoisonProduced: 7, DeliveredUnique: 4493, Duplicates: 4388, Lost: 7,
 		LostIDs: []string{"r-0000266"}, LostRecords: []LostRecord{{ID: "r-0000266", ShardID: "shardId-000000000001", Seq: "42"}}, Seconds: 27, Mapping: MappingStats{Invocations: 223, RecordsGivenUp: 370, Mappings: 2}}
-	return &Result{Produced: 4500, DeliveredUnique: 4493, Parked: 7, LostESMOnly: &lost, Verified: true, Runtime: RuntimeInProcess,
-		Seed: 1, ReportDir: "/tmp/r", Gapless: g, Baseline: b, Settings: DefaultConfig().settings()}
+	lostC := 40
+	c := &VariantResult{Name: VariantCheckpointDecides, Produced: 4500, PoisonProduced: 7, DeliveredUnique: 4460, Duplicates: 3000, Lost: 40,
+		LostIDs: []string{"r-0000300"}, LostRecords: []LostRecord{{ID: "r-0000300", ShardID: "shardId-000000000002", Seq: "43"}}, Seconds: 30,
+		Mapping: MappingStats{Invocations: 230, Mappings: 2}, Handler: &HandlerStats{Received: 9000, Filtered: 33, RacesLost: 12, Abandoned: 7},
+		DuplicatesByCause: map[string]int{"racing_mapping": 2000, "partial_failure_redelivery": 1000}}
+	g.DuplicatesByCause = map[string]int{"racing_mapping": 300, "timeout_after_processing": 500, "ledger_write_failed": 35}
+	b.DuplicatesByCause = map[string]int{"racing_mapping": 1388, "partial_failure_redelivery": 3000}
+	return &Result{Produced: 4500, DeliveredUnique: 4493, Parked: 7, LostESMOnly: &lost, LostCheckpointDecides: &lostC, Verified: true,
+		Runtime: RuntimeInProcess, Seed: 1, ReportDir: "/tmp/r", Gapless: g, Baseline: b, CheckpointDecides: c,
+		Variants: AllVariants(), Settings: DefaultConfig().settings()}
 }
 
 func TestTableAndMarkdown(t *testing.T) {
 	res := sampleResult()
 	tab := Table(res)
 	lines := strings.Split(tab, "\n")
-	if !strings.Contains(lines[0], "mapping alone") || !strings.Contains(lines[0], "gapless") {
+	if !strings.Contains(lines[0], "mapping alone") || !strings.Contains(lines[0], "checkpoint decides") || !strings.Contains(lines[0], "gapless") {
 		t.Fatalf("header: %q", lines[0])
 	}
-	want := map[string][2]string{
-		"LOST":                      {"7", "0"},
-		"parked (payload verified)": {"—", "7"},
-		"gaps detected / replayed":  {"—", "116 / 93"},
-		"duplicates delivered":      {"4388", "835"},
+	want := map[string][]string{
+		"LOST":                                 {"7", "40", "0"},
+		"parked (payload verified)":            {"—", "—", "7"},
+		"gaps detected / replayed":             {"—", "—", "116 / 93"},
+		"duplicates delivered":                 {"4388", "3000", "835"},
+		"  skipped as at/below the checkpoint": {"—", "33", "—"},
+		"  racing mapping":                     {"1388", "2000", "300"},
+		"  retry after a failed ledger write":  {"0", "0", "35"},
 	}
 	for label, cells := range want {
 		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, label+" ") })
@@ -105,22 +125,30 @@ func TestTableAndMarkdown(t *testing.T) {
 			t.Fatalf("no row %q in\n%s", label, tab)
 		}
 		f := strings.Fields(strings.TrimPrefix(lines[i], label))
-		if got := strings.Join(f, " "); got != cells[0]+" "+cells[1] {
-			t.Errorf("row %q = %q, want %q", label, got, cells[0]+" "+cells[1])
+		if got, w := strings.Join(f, " "), strings.Join(cells, " "); got != w {
+			t.Errorf("row %q = %q, want %q", label, got, w)
 		}
 	}
 	// Columns line up: every row has the same width.
 	width := len([]rune(lines[0]))
-	for _, l := range lines[1:len(rows(res))] {
+	for _, l := range lines[1 : len(rows(res))+len(duplicateRows(res))+2] {
 		if len([]rune(l)) != width {
 			t.Errorf("row %q is %d wide, header %d", l, len([]rune(l)), width)
 		}
 	}
 	md := Markdown(res)
-	for _, s := range []string{"**gapless lost nothing**", "| LOST | 7 | 0 |", "gapless/chart.svg", "r-0000266"} {
+	for _, s := range []string{"**gapless lost nothing**", "| LOST | 7 | 40 | 0 |", "gapless/chart.svg", "checkpoint-decides/chart.svg",
+		"outcome.svg", "r-0000266", "r-0000300", "## Duplicates by cause", "| retry after a failed ledger write | 0 | 0 | 35 |",
+		"dropped as at or below the shared checkpoint (\"processed by the other consumer\"): 33"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q", s)
 		}
+	}
+	// Only the variants that ran get a column.
+	two := *res
+	two.CheckpointDecides, two.LostCheckpointDecides, two.Variants = nil, nil, []string{VariantBaseline, VariantGapless}
+	if h := Table(&two); strings.Contains(h, "checkpoint decides") || !strings.Contains(strings.Split(h, "\n")[0], "mapping alone") {
+		t.Errorf("two variants, table:\n%s", h)
 	}
 	res.Lost, res.Gapless.Lost = 2, 2
 	if res.OK() || !strings.Contains(Markdown(res), "**gapless FAILED**: 2 records lost") {

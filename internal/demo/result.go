@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -57,6 +58,9 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 	r.HeldShard = v.heldShard
 	r.Unexpected = v.target.Unique() - r.DeliveredUnique
 	r.Duplicates = v.target.Duplicates()
+	logs := []string{filepath.Join(v.dir, "functions.log"), filepath.Join(v.dir, "runtime.log")}
+	r.DuplicatesByCause = duplicateCausesOf(v.sends.all(), v.invs, ledgerFailures(logs...), v.writes.records(),
+		v.e.cfg.Parallelization, r.Duplicates)
 	r.ParkedMessages = int(v.parkMsgs.Load())
 	r.ParkedBadPayload = int(v.parkBad.Load())
 	r.DrainReceiveErrors = int(v.drainErrs.Load())
@@ -94,7 +98,7 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 	r.Faults = FaultStats{
 		Chaos:           v.fn.chaosStats(),
 		DynamoDB:        faultCounts(fnStats, v.recDDB.Stats()),
-		SQS:             faultCounts(v.fnSQS.Stats(), v.recSQS.Stats()),
+		SQS:             faultCounts(v.fnSQS.Stats(), v.recSQS.Stats(), v.raceSQS.Stats()),
 		ReconcilerKills: func() int { n, _ := v.fn.killed(); return n }(),
 	}
 	_, r.Faults.KillNote = v.fn.killed()
@@ -114,6 +118,13 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 			}
 		}
 		r.Verified = v.verified.Load()
+	}
+	if p, ok := v.fn.(*inProcess); ok && p.stats != nil && v.name == VariantCheckpointDecides {
+		st := p.stats
+		r.Handler = &HandlerStats{
+			Received: int(st.Records.Load()), Processed: int(st.Processed.Load()), Failed: int(st.Failed.Load()),
+			Filtered: int(st.Filtered.Load()), RacesLost: int(st.RacesLost.Load()), Abandoned: int(st.Abandoned.Load()),
+		}
 	}
 	r.Processes = v.rss.report()
 	return r
@@ -186,4 +197,18 @@ func (w *ledgerOfWrites) countIn(shard string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.byShard[shard])
+}
+
+// outcomeTicks are, per shard, the positions of the records the variant lost or parked (for
+// the chart), computed like result's counts.
+func (v *variant) outcomeTicks() map[string][]chartTick {
+	seqs := v.writes.snapshot()
+	out := map[string][]chartTick{}
+	for _, w := range v.writes.records() {
+		if v.target.Has(w.id) {
+			continue
+		}
+		out[w.shard] = append(out[w.shard], chartTick{pos: position(seqs[w.shard], w.seq), parked: v.parked.Has(w.id)})
+	}
+	return out
 }

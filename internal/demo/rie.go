@@ -63,6 +63,7 @@ func (e *env) pickRuntime(ctx context.Context) error {
 		e.runtime = RuntimeInProcess
 		return nil
 	case RuntimeAuto:
+		e.progress.phase("runtime", "checking that the function mains apply "+chaos.EnvVar+" (go list -deps)")
 		if ok, _, why := mainsApplyChaos(ctx, e.root); !ok {
 			e.runtime = RuntimeInProcess
 			e.progress.phase("runtime", "in-process handlers ("+why+")")
@@ -77,7 +78,7 @@ func (e *env) pickRuntime(ctx context.Context) error {
 		}
 	}
 	e.progress.phase("runtime", "building the function bootstraps and the Lambda runtime interface emulator")
-	b, err := buildBootstraps(ctx, e.root, filepath.Join(e.dir, "bin"))
+	b, err := buildBootstraps(ctx, e.root, filepath.Join(e.dir, reportBinDir), e.progress)
 	if err != nil {
 		return err
 	}
@@ -88,14 +89,18 @@ func (e *env) pickRuntime(ctx context.Context) error {
 
 // buildBootstraps builds both mains for this machine (static, like `make build`, but for the
 // host's architecture so the emulator can run them).
-func buildBootstraps(ctx context.Context, root, dir string) (bootstraps, error) {
+func buildBootstraps(ctx context.Context, root, dir string, prog *progress) (bootstraps, error) {
 	var b bootstraps
-	for name, src := range functionMains {
+	for _, name := range []string{"consumer", "reconciler"} {
+		src := functionMains[name]
+		stop := prog.ticking(fmt.Sprintf("building %s (go build; the first build compiles the AWS SDK and takes a minute or two)", src))
 		out := filepath.Join(dir, name, "bootstrap")
 		cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+src)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-		if msg, err := cmd.CombinedOutput(); err != nil {
+		msg, err := cmd.CombinedOutput()
+		stop()
+		if err != nil {
 			return b, fmt.Errorf("demo: build %s: %w\n%s", src, err, msg)
 		}
 		if name == "consumer" {
@@ -104,7 +109,9 @@ func buildBootstraps(ctx context.Context, root, dir string) (bootstraps, error) 
 			b.reconciler = out
 		}
 	}
+	stop := prog.ticking("building the Lambda runtime interface emulator (aws-lambda-rie, through the Go module proxy)")
 	bin, err := rie.Binary(ctx)
+	stop()
 	if err != nil {
 		return b, err
 	}
@@ -116,7 +123,7 @@ func buildBootstraps(ctx context.Context, root, dir string) (bootstraps, error) 
 // the emulator (gapless only: the mapping-alone handler has no main of its own).
 func (e *env) newFunctions(ctx context.Context, v *variant) (functions, error) {
 	if !v.gapless {
-		return newInProcessBaseline(v.functionEnv(""))
+		return newInProcessBaseline(v.name, v.functionEnv(""))
 	}
 	if e.runtime != RuntimeRIE {
 		return newInProcessGapless(v.functionEnv(""))
@@ -132,7 +139,7 @@ func (e *env) newFunctions(ctx context.Context, v *variant) (functions, error) {
 	}
 	return &rieFunctions{
 		ctx: ctx, boot: e.boot, timeout: e.cfg.FunctionTimeout, log: logf,
-		consumerEnv: consumerEnv(fe), reconcilerEnv: reconcilerEnv(fe), chaos: fe.chaos,
+		consumerEnv: consumerEnv(fe), racerEnv: racerEnv(fe), reconcilerEnv: reconcilerEnv(fe), chaos: fe.chaos,
 		lanesByKey: map[string]*rie.Instance{},
 	}, nil
 }
@@ -167,6 +174,13 @@ func consumerEnv(fe functionEnv) map[string]string {
 	return env
 }
 
+// racerEnv is the racing mapping's consumer: the same, but for its own SQS proxy.
+func racerEnv(fe functionEnv) map[string]string {
+	env := consumerEnv(fe)
+	env["AWS_ENDPOINT_URL_SQS"] = fe.racerSQS
+	return env
+}
+
 func reconcilerEnv(fe functionEnv) map[string]string {
 	env := commonEnv(fe, fe.reconcilerDDB, fe.reconcilerSQS)
 	env[config.EnvStreamName] = fe.stream
@@ -183,6 +197,7 @@ type rieFunctions struct {
 	timeout       time.Duration
 	log           *os.File
 	consumerEnv   map[string]string
+	racerEnv      map[string]string
 	reconcilerEnv map[string]string
 	chaos         chaos.Config
 
@@ -204,19 +219,71 @@ func (r *rieFunctions) start(env map[string]string, boot string, timeout time.Du
 
 func (r *rieFunctions) lanes(m int) func(string, int) (esm.Invoker, error) {
 	return func(shardID string, lane int) (esm.Invoker, error) {
-		inst, err := r.start(r.consumerEnv, r.boot.consumer, r.timeout)
+		env := r.consumerEnv
+		if m > 0 {
+			env = r.racerEnv
+		}
+		key := fmt.Sprintf("%d/%s/%d", m, shardID, lane)
+		inst, err := r.startLane(key, env)
 		if err != nil {
 			return nil, err
 		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.closed {
-			_ = inst.Close()
-			return nil, errors.New("demo: functions closed")
-		}
-		r.lanesByKey[fmt.Sprintf("%d/%s/%d", m, shardID, lane)] = inst
-		return inst, nil
+		return &laneInvoker{r: r, key: key, env: env, inst: inst}, nil
 	}
+}
+
+// startLane starts a lane's emulator and registers it under key (closing a previous one).
+func (r *rieFunctions) startLane(key string, env map[string]string) (*rie.Instance, error) {
+	inst, err := r.start(env, r.boot.consumer, r.timeout)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		_ = inst.Close()
+		return nil, errors.New("demo: functions closed")
+	}
+	r.lanesByKey[key] = inst
+	return inst, nil
+}
+
+// laneInvoker is a lane's emulator that replaces itself after a runtime failure (the emulator
+// exited, or its port turned out to be another process's): the failed invocation is a function
+// error the mapping retries, and the retry gets a fresh emulator, as Lambda would give a fresh
+// sandbox. Without it one dead emulator fails its lane's every invocation until the records
+// are given up.
+type laneInvoker struct {
+	r    *rieFunctions
+	key  string
+	env  map[string]string
+	mu   sync.Mutex
+	inst *rie.Instance
+}
+
+func (l *laneInvoker) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	l.mu.Lock()
+	inst := l.inst
+	l.mu.Unlock()
+	if inst == nil {
+		var err error
+		if inst, err = l.r.startLane(l.key, l.env); err != nil {
+			return nil, fmt.Errorf("%w: %v", rie.ErrRuntime, err)
+		}
+		l.mu.Lock()
+		l.inst = inst
+		l.mu.Unlock()
+	}
+	out, err := inst.Invoke(ctx, payload)
+	if err != nil && errors.Is(err, rie.ErrRuntime) && ctx.Err() == nil {
+		l.mu.Lock()
+		if l.inst == inst {
+			l.inst = nil
+		}
+		l.mu.Unlock()
+		_ = inst.Close()
+	}
+	return out, err
 }
 
 func (r *rieFunctions) shardFinished(m int, shardID string) {

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/gapless-dev/gapless/internal/baseline"
 	"github.com/gapless-dev/gapless/internal/esm"
 	"github.com/gapless-dev/gapless/internal/faultproxy"
 	"github.com/gapless-dev/gapless/internal/loadgen"
@@ -22,11 +25,71 @@ import (
 	"github.com/gapless-dev/gapless/internal/schema"
 )
 
-// Variant names.
+// Variant names (the --variants values, the report's subdirectories).
 const (
+	// VariantBaseline: the mapping alone, internal/baseline's Bare handler.
 	VariantBaseline = "mapping-alone"
-	VariantGapless  = "gapless"
+	// VariantCheckpointDecides: the seed report's consumer, internal/baseline's
+	// CheckpointDecides (a shared checkpoint filters records; a lost replace skips the batch).
+	VariantCheckpointDecides = "checkpoint-decides"
+	// VariantGapless: internal/consumer and the reconciler.
+	VariantGapless = "gapless"
 )
+
+// AllVariants are the variants in the order a run runs them.
+func AllVariants() []string {
+	return []string{VariantBaseline, VariantCheckpointDecides, VariantGapless}
+}
+
+// ParseVariants reads a comma-separated list of variant names ("all" for every one) into run
+// order. Unknown, repeated or missing names are errors wrapping ErrConfig that name the valid
+// values.
+func ParseVariants(s string) ([]string, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: variants: %s (want a comma-separated list of %s, or all)", ErrConfig,
+			fmt.Sprintf(format, a...), strings.Join(AllVariants(), ", "))
+	}
+	seen := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		name := strings.TrimSpace(f)
+		switch {
+		case name == "" && strings.TrimSpace(s) == "":
+			return nil, bad("none given")
+		case name == "":
+			return nil, bad("empty name in %q", s)
+		case name == "all":
+			for _, v := range AllVariants() {
+				seen[v] = true
+			}
+			continue
+		case !slices.Contains(AllVariants(), name):
+			return nil, bad("unknown variant %q", name)
+		case seen[name]:
+			return nil, bad("%q given twice", name)
+		}
+		seen[name] = true
+	}
+	var out []string
+	for _, v := range AllVariants() {
+		if seen[v] {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// runs reports whether the run includes any of names.
+func (c Config) runs(names ...string) bool {
+	for _, n := range names {
+		if slices.Contains(c.Variants, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// variantSuffix names a variant's resources (stream, tables, queues).
+var variantSuffix = map[string]string{VariantBaseline: "b", VariantCheckpointDecides: "c", VariantGapless: "g"}
 
 // group is the consumer group of both mappings of a run.
 const group = "demo"
@@ -59,10 +122,16 @@ type variant struct {
 	fnDDB, fnSQS, recDDB, recSQS *faultproxy.Proxy
 	// trim gives the stream its retention under --expire (nil otherwise); heldShard is the shard
 	// whose invocations are held until heldUntil.
-	trim              *retention.Proxy
-	heldShard         string
-	heldUntil         time.Time
+	trim      *retention.Proxy
+	heldShard string
+	heldUntil time.Time
+	// raceSQS is the racing mapping's consumer's SQS proxy: its own, so the taps tell which
+	// mapping sent a record.
+	raceSQS           *faultproxy.Proxy
 	fnMeter, recMeter *capacityMeter
+	taps              []*sendTap
+	sends             *sendJournal
+	invs              *invocationJournal
 	fn                functions
 
 	mu       sync.Mutex
@@ -103,13 +172,13 @@ func newVariant(e *env, name string, gapless bool) (*variant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	base := fmt.Sprintf("gapless-demo-%s-%s", e.runID, map[bool]string{true: "g", false: "b"}[gapless])
+	base := fmt.Sprintf("gapless-demo-%s-%s", e.runID, variantSuffix[name])
 	v := &variant{
 		e: e, name: name, gapless: gapless, dir: dir,
 		stream: base, checkpointTable: base + "-checkpoint", ledgerTable: base + "-ledger",
 		target: loadgen.NewTally(), parked: loadgen.NewTally(),
 		logFile: f, log: slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		rss: newRSSTracker(),
+		rss: newRSSTracker(), sends: &sendJournal{}, invs: newInvocationJournal(),
 	}
 	spec := loadgen.Spec{Records: e.cfg.Records, Keys: e.cfg.Keys, PoisonRate: e.cfg.Faults.Poison, Seed: e.cfg.Seed}
 	v.recs = loadgen.Records(spec)
@@ -378,6 +447,13 @@ func (v *variant) createResources(ctx context.Context) error {
 	if err := schema.EnsureTables(ctx, c.ddb, schema.CheckpointTable(v.checkpointTable), schema.LedgerTable(v.ledgerTable)); err != nil {
 		return err
 	}
+	if v.name == VariantCheckpointDecides {
+		// The report's shared checkpoint: one item per shard, in a table keyed like the
+		// Powertools one (internal/baseline creates both).
+		if err := baseline.Ensure(ctx, c.ddb, v.decidesTable()); err != nil {
+			return err
+		}
+	}
 	var err error
 	if v.targetURL, err = schema.EnsureQueue(ctx, c.sqs, schema.Queue{Name: v.stream + "-target"}); err != nil {
 		return err
@@ -419,16 +495,40 @@ func (v *variant) startProxies() error {
 	if v.recDDB, err = faultproxy.Start(v.recMeter.URL(), faultproxy.WithSeed(seed+1)); err != nil {
 		return err
 	}
-	if v.fnSQS, err = faultproxy.Start(v.e.ep.SQS, faultproxy.WithSeed(seed+2)); err != nil {
+	// Behind each function's SQS proxy, a tap journals the records that reached the target
+	// queue (for the duplicates by cause).
+	tap := func(source string) (string, error) {
+		t, err := startSendTap(v.e.ep.SQS, v.targetURL, source, v.sends)
+		if err != nil {
+			return "", err
+		}
+		v.taps = append(v.taps, t)
+		return t.URL(), nil
+	}
+	var fnTap, raceTap, recTap string
+	if fnTap, err = tap(sourceConsumer); err != nil {
 		return err
 	}
-	if v.recSQS, err = faultproxy.Start(v.e.ep.SQS, faultproxy.WithSeed(seed+3)); err != nil {
+	if raceTap, err = tap(sourceRacer); err != nil {
+		return err
+	}
+	if recTap, err = tap(sourceReconciler); err != nil {
+		return err
+	}
+	if v.fnSQS, err = faultproxy.Start(fnTap, faultproxy.WithSeed(seed+2)); err != nil {
+		return err
+	}
+	if v.recSQS, err = faultproxy.Start(recTap, faultproxy.WithSeed(seed+3)); err != nil {
+		return err
+	}
+	if v.raceSQS, err = faultproxy.Start(raceTap, faultproxy.WithSeed(seed+4)); err != nil {
 		return err
 	}
 	for _, p := range []*faultproxy.Proxy{v.fnDDB, v.recDDB} {
 		p.SetRules(ddbRules...)
 	}
 	v.fnSQS.SetRules(sqsRules...)
+	v.raceSQS.SetRules(sqsRules...)
 	// The reconciler's SQS proxy also tells the functions when the reconciler sends a record
 	// (a replay is in progress: the moment the kill fault waits for). The rule never fires.
 	watch := faultproxy.Rule{Fault: faultproxy.Throttle, Rate: 0, Match: func(r *faultproxy.Request) bool {
@@ -443,6 +543,9 @@ func (v *variant) startProxies() error {
 	return nil
 }
 
+// decidesTable is the checkpoint-decides variant's shared checkpoint table.
+func (v *variant) decidesTable() string { return v.stream + "-decides" }
+
 func (v *variant) functionsOrNil() functions {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -450,10 +553,13 @@ func (v *variant) functionsOrNil() functions {
 }
 
 func (v *variant) closeProxies() {
-	for _, p := range []*faultproxy.Proxy{v.fnDDB, v.recDDB, v.fnSQS, v.recSQS} {
+	for _, p := range []*faultproxy.Proxy{v.fnDDB, v.recDDB, v.fnSQS, v.recSQS, v.raceSQS} {
 		if p != nil {
 			_ = p.Close()
 		}
+	}
+	for _, t := range v.taps {
+		t.Close()
 	}
 	for _, m := range []*capacityMeter{v.fnMeter, v.recMeter} {
 		if m != nil {
@@ -469,10 +575,11 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 		awsCfg: v.e.awsCfg, group: group, stream: v.stream,
 		checkpointTable: v.checkpointTable, ledgerTable: v.ledgerTable,
 		targetURL: v.targetURL, parkedURL: v.parkedURL, kinesisURL: v.kinesisURL(),
-		consumerDDB: v.fnDDB.URL(), consumerSQS: v.fnSQS.URL(),
+		consumerDDB: v.fnDDB.URL(), consumerSQS: v.fnSQS.URL(), racerSQS: v.raceSQS.URL(),
 		reconcilerDDB: v.recDDB.URL(), reconcilerSQS: v.recSQS.URL(),
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),
 		settleAfter: cfg.SettleAfter, chaos: cfg.chaosConfig(chaosState), log: v.log,
+		decidesTable: v.decidesTable(),
 	}
 }
 
@@ -481,6 +588,7 @@ func (v *variant) observer(mapping int) esm.Observer {
 		if mapping > 0 && e.ShardID != v.raceShard {
 			return // the racing mapping does not invoke the function for this shard
 		}
+		v.invs.observe(mapping, e)
 		switch e.Type {
 		case esm.EventBatchInvoked:
 			v.ev.invocations.Add(1)

@@ -191,6 +191,16 @@ func (v *variant) sample(ctx context.Context, start time.Time) {
 			}
 		}
 	}
+	if v.gapless {
+		// The progress line's "verified n/m shards", every sample (complete() only runs once
+		// production is done).
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if ok, n, err := v.verifiedShards(sctx); err == nil {
+			v.shardsOK.Store(int64(ok))
+			v.shardsN.Store(int64(n))
+		}
+		cancel()
+	}
 	v.mu.Lock()
 	v.timeline = append(v.timeline, s)
 	v.mu.Unlock()
