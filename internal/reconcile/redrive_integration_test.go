@@ -1,8 +1,11 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,5 +92,77 @@ func TestRedriveOnFIFOParkedQueueKeepsTheRecord(t *testing.T) {
 	}
 	if m := msgs[0]; m.RecordID != id.String() || m.Source != pipeline.SourceRedrive || string(m.Data) != string(data) {
 		t.Errorf("parked message %+v, want record %s parked by redrive with its payload", m, id)
+	}
+}
+
+// TestRedriveLargeRecordsAfterTheStreamLostThem is issue 11 item 7. Records of ~200 KB, ~1 MiB
+// and a few MiB (a stream whose maximum record size was raised takes up to 10 MiB) fail their
+// budget and are parked; then the stream no longer holds them (retention, modelled by a stream
+// without records). Redrive must still run each with its exact payload. When large records were
+// parked by reference (the message without data) redrive had nothing left to read: they stayed
+// in the parked queue for ever, their payload gone.
+func TestRedriveLargeRecordsAfterTheStreamLostThem(t *testing.T) {
+	ctx := context.Background()
+	client, objects := stacktest.SQS(t), stacktest.S3(t)
+	for _, fifo := range []bool{false, true} {
+		t.Run(map[bool]string{false: "standard", true: "fifo"}[fifo], func(t *testing.T) {
+			url := stacktest.Queue(t, "parked", fifo)
+			parker := park.New(client, url, park.WithPayloadBucket(objects, stacktest.Bucket(t)))
+			shard := recordid.Shard{Group: ugroup, Stream: ustream, ShardID: "shardId-000000000000"}
+			ledger := &pipelinetest.Ledger{}
+			b := pipeline.Batch{Shard: shard, Source: pipeline.SourceConsumer}
+			want := map[recordid.ID][]byte{}
+			for i, n := range []int{200 * 1000, 1 << 20, 3 << 20} {
+				data := make([]byte, n)
+				for j := range data {
+					data[j] = byte(i*7 + j*31)
+				}
+				r := pipeline.Record{ID: recordid.ID{ShardID: shard.ShardID, Seq: fakeSeq(i)}, PartitionKey: fmt.Sprint("k", i), Data: data, ArrivalTime: time.Now()}
+				b.Records = append(b.Records, r)
+				want[r.ID] = data
+			}
+			broken := func(context.Context, pipeline.Record) error { return errors.New("downstream rejects it") }
+			consumer, err := pipeline.New(ledger, &pipelinetest.Checkpoint{}, parker, broken, pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, err := consumer.Run(ctx, b); err != nil || res.Parked != 3 {
+				t.Fatalf("parking: %+v %v", res, err)
+			}
+
+			got := map[recordid.ID][]byte{}
+			var mu sync.Mutex
+			fixed := func(_ context.Context, r pipeline.Record) error {
+				mu.Lock()
+				defer mu.Unlock()
+				got[r.ID] = r.Data
+				return nil
+			}
+			p, err := pipeline.New(NewRedriveLedger(ledger), &pipelinetest.Checkpoint{}, parker, fixed, pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := NewRedriver(client, url, newMemKinesis(&memShard{id: shard.ShardID}), p,
+				RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 1, Backoff: time.Millisecond, VisibilityTimeout: 30 * time.Second},
+				WithRedriveLogger(discard()), WithRedrivePayloads(objects))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := d.Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Processed != 3 || rep.Left != 0 {
+				t.Errorf("report %+v, want the 3 records processed", rep)
+			}
+			for id, data := range want {
+				if !bytes.Equal(got[id], data) {
+					t.Errorf("record %s: redriven with %d bytes, parked with %d", id, len(got[id]), len(data))
+				}
+			}
+			if left := drainParked(t, client, url); len(left) != 0 {
+				t.Errorf("parked queue still holds %d messages", len(left))
+			}
+		})
 	}
 }
