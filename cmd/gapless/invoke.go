@@ -20,6 +20,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/config"
@@ -240,7 +241,7 @@ func readStackEnv(file string) (map[string]string, error) {
 // ensureResources creates what the function's variables name on the local stack when it is
 // missing: the two tables, the parked and target queues (their URLs in fnEnv are replaced by
 // the stack's, so env.json's default port does not have to match) and, for the reconciler,
-// the stream (one shard).
+// the stream (one shard) and the payload bucket.
 func ensureResources(ctx context.Context, stackEnv, fnEnv map[string]string, stderr io.Writer) error {
 	region := stackEnv["AWS_REGION"]
 	if region == "" {
@@ -279,6 +280,16 @@ func ensureResources(ctx context.Context, stackEnv, fnEnv map[string]string, std
 			return err
 		}
 		fnEnv[v] = url
+	}
+	if name := fnEnv[config.EnvPayloadBucket]; name != "" {
+		endpoint := stackEnv["AWS_ENDPOINT_URL_S3"]
+		if endpoint == "" {
+			endpoint = stackEnv["AWS_ENDPOINT_URL_SQS"] // fauxqs and moto serve S3 on the SQS port
+		}
+		s3Client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(endpoint), true })
+		if err := schema.EnsureBucket(ctx, s3Client, name); err != nil {
+			return err
+		}
 	}
 	if name := fnEnv[config.EnvStreamName]; name != "" {
 		if stackEnv["AWS_ENDPOINT_URL_KINESIS"] == "" {
