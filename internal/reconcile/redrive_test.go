@@ -125,3 +125,43 @@ func TestRedriveOutcomes(t *testing.T) {
 		t.Errorf("by-reference record processed %d times", got)
 	}
 }
+
+// TestRedriveKeepsTheMessageWhenParkingAgainFails: the old message is deleted only after the
+// new park was accepted; a park that fails (SQS or S3 down) leaves the original in the queue.
+func TestRedriveKeepsTheMessageWhenParkingAgainFails(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		parkErr  error
+		outcome  Outcome
+		deleted  []string
+		released []string
+	}{
+		{name: "park accepted: old message deleted", outcome: OutcomeParkedAgain, deleted: []string{"ha"}},
+		{name: "park failed: old message kept", parkErr: errBoom, outcome: OutcomeLeft, released: []string{"ha"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{bodies: []string{parkedBody(t, ugroup, 0, []byte("zero"), false)}}
+			parker := &pipelinetest.Parker{Fail: func(park.Record) error { return tc.parkErr }}
+			failing := func(context.Context, pipeline.Record) error { return errBoom }
+			p, err := pipeline.New(NewRedriveLedger(&pipelinetest.Ledger{}), &pipelinetest.Checkpoint{}, parker, failing, pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var events []RedriveEvent
+			d, err := NewRedriver(q, "https://sqs/parked", newMemKinesis(), p, RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 1, Backoff: time.Millisecond},
+				WithRedriveLogger(discard()), WithRedriveProgress(func(ev RedriveEvent) { events = append(events, ev) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if len(events) != 1 || events[0].Outcome != tc.outcome {
+				t.Fatalf("events %+v, want %s", events, tc.outcome)
+			}
+			if !slices.Equal(q.deleted, tc.deleted) || !slices.Equal(q.released, tc.released) {
+				t.Errorf("deleted %v released %v, want %v %v", q.deleted, q.released, tc.deleted, tc.released)
+			}
+		})
+	}
+}
