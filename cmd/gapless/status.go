@@ -165,10 +165,12 @@ func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClien
 		return opsClients{}, fmt.Errorf("load AWS configuration: %w", err)
 	}
 	return opsClients{
-		kin:   kinesis.NewFromConfig(cfg, func(k *kinesis.Options) { k.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_KINESIS"]) }),
-		ddb:   dynamodb.NewFromConfig(cfg, func(d *dynamodb.Options) { d.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_DYNAMODB"]) }),
-		sqs:   sqs.NewFromConfig(cfg, func(s *sqs.Options) { s.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_SQS"]) }),
-		s3:    s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(s3Endpoint), true }),
+		kin: kinesis.NewFromConfig(cfg, func(k *kinesis.Options) { k.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_KINESIS"]) }),
+		ddb: dynamodb.NewFromConfig(cfg, func(d *dynamodb.Options) { d.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_DYNAMODB"]) }),
+		sqs: sqs.NewFromConfig(cfg, func(s *sqs.Options) { s.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_SQS"]) }),
+		s3: s3.NewFromConfig(cfg, func(o *s3.Options) {
+			o.BaseEndpoint, o.UsePathStyle, o.DisableLogOutputChecksumValidationSkipped = aws.String(s3Endpoint), true, true
+		}),
 		local: true,
 	}, nil
 }

@@ -32,7 +32,12 @@ import (
 // stack: fauxqs or moto_server on 127.0.0.1) it addresses buckets path-style, the only style an
 // emulator on a bare host:port can serve; in AWS, virtual-hosted style as the SDK defaults.
 func NewS3(cfg aws.Config, getenv func(string) string) *s3.Client {
-	return s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = getenv("AWS_ENDPOINT_URL_S3") != "" })
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		o.UsePathStyle = getenv("AWS_ENDPOINT_URL_S3") != ""
+		// The emulators send no response checksums; the SDK would print a plain-text DEBUG line
+		// per GetObject into the JSON logs.
+		o.DisableLogOutputChecksumValidationSkipped = true
+	})
 }
 
 // Parts is what Build returns.

@@ -104,7 +104,7 @@ func SQS(tb testing.TB) *sqs.Client { return sqs.NewFromConfig(Config(tb)) }
 
 // S3 returns an S3 client for the stack (path-style, as the emulators serve it).
 func S3(tb testing.TB) *s3.Client {
-	return s3.NewFromConfig(Config(tb), func(o *s3.Options) { o.UsePathStyle = true })
+	return s3.NewFromConfig(Config(tb), func(o *s3.Options) { o.UsePathStyle, o.DisableLogOutputChecksumValidationSkipped = true, true })
 }
 
 // Bucket creates a fresh payload bucket and returns its name.
