@@ -160,7 +160,7 @@ func TestSamconfig(t *testing.T) {
 			// The same values through the reconciler's loader.
 			vars := map[string]string{
 				config.EnvGroup: eff["GroupName"], config.EnvCheckpointTable: "c", config.EnvDedupeTable: "d",
-				config.EnvParkedQueueURL: "p", config.EnvTargetQueueURL: "t", config.EnvStreamName: "s",
+				config.EnvParkedQueueURL: "p", config.EnvTargetQueueURL: "t", config.EnvStreamName: "s", config.EnvPayloadBucket: "payloads",
 				config.EnvMaxRecordAttempts: eff["MaxRecordAttempts"], config.EnvMaxConcurrency: eff["MaxConcurrency"],
 				config.EnvDedupeKey: eff["DedupeKey"], config.EnvLedgerTTL: eff["LedgerTTL"], config.EnvSettleAfter: eff["SettleAfter"],
 			}

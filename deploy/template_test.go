@@ -18,8 +18,10 @@ import (
 
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/metrics"
+	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
+	"github.com/gapless-dev/gapless/process"
 )
 
 // The parameter names and defaults other code relies on (the local event-source mapping reads
@@ -142,6 +144,7 @@ var (
 		config.EnvDedupeTable:       {"LedgerTable"},
 		config.EnvParkedQueueURL:    {"ParkedQueue"},
 		config.EnvTargetQueueURL:    {"TargetQueue"},
+		config.EnvPayloadBucket:     {"PayloadBucket"},
 		config.EnvMaxRecordAttempts: {"MaxRecordAttempts"},
 		config.EnvMaxConcurrency:    {"MaxConcurrency"},
 		config.EnvDedupeKey:         {"DedupeKey"},
@@ -234,7 +237,7 @@ func TestDefaultsLoad(t *testing.T) {
 			case name == config.EnvStreamARN: // the ARN of the stream named by STREAM_NAME
 				out[name] = "arn:aws:kinesis:us-east-1:111122223333:stream/placeholder-" + strings.ToLower(config.EnvStreamName)
 			default: // a resource: table name, queue URL, stream name
-				out[name] = "placeholder-" + strings.ToLower(name)
+				out[name] = "placeholder-" + strings.ReplaceAll(strings.ToLower(name), "_", "-") // a valid bucket name too
 			}
 		}
 		return out
@@ -291,7 +294,7 @@ func TestParameterPatternsMatchCode(t *testing.T) {
 		codeOK := true
 		if _, err := config.LoadConsumer(func(k string) string {
 			return map[string]string{config.EnvGroup: "g", config.EnvCheckpointTable: "c", config.EnvDedupeTable: "d",
-				config.EnvParkedQueueURL: "p", config.EnvTargetQueueURL: "t", config.EnvDedupeKey: v}[k]
+				config.EnvParkedQueueURL: "p", config.EnvTargetQueueURL: "t", config.EnvPayloadBucket: "payloads", config.EnvDedupeKey: v}[k]
 		}); err != nil {
 			codeOK = false
 		}
@@ -350,6 +353,59 @@ func TestTablesMatchSchema(t *testing.T) {
 	}
 	if schema.LedgerTable("x").TTLAttribute != schema.TTLAttribute {
 		t.Errorf("schema.LedgerTable TTL %q != schema.TTLAttribute %q", schema.LedgerTable("x").TTLAttribute, schema.TTLAttribute)
+	}
+}
+
+// TestPayloadBucket: the claim-check bucket of issue 11 items 7 and 13 (SSE, no public access,
+// TLS only, kept on delete, objects outliving every queue whose messages name them) and the
+// 1 MiB queues the code's inline limits assume.
+func TestPayloadBucket(t *testing.T) {
+	c := loadTemplate(t)
+	if ids := c.resourcesOfType("AWS::S3::Bucket"); !slices.Equal(ids, []string{"PayloadBucket"}) {
+		t.Fatalf("buckets %v, want PayloadBucket", ids)
+	}
+	b := c.resource("PayloadBucket")
+	for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
+		if scalar(get(b, k)) != "Retain" {
+			t.Errorf("PayloadBucket %s %q, want Retain: it can hold the only copy of a parked payload", k, scalar(get(b, k)))
+		}
+	}
+	sse := get(c.prop("PayloadBucket", "BucketEncryption", "ServerSideEncryptionConfiguration").Content[0], "ServerSideEncryptionByDefault", "SSEAlgorithm")
+	if v := scalar(sse); v != "AES256" && v != "aws:kms" {
+		t.Errorf("PayloadBucket SSEAlgorithm %q", v)
+	}
+	for _, k := range []string{"BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"} {
+		if scalar(c.prop("PayloadBucket", "PublicAccessBlockConfiguration", k)) != "true" {
+			t.Errorf("PayloadBucket %s is not true", k)
+		}
+	}
+	var expire int
+	for _, r := range c.prop("PayloadBucket", "LifecycleConfiguration", "Rules").Content {
+		if scalar(get(r, "Status")) != "Enabled" || get(r, "Prefix") != nil || get(r, "Filter") != nil {
+			t.Errorf("lifecycle rule %q: want enabled, over the whole bucket", scalar(get(r, "Id")))
+		}
+		if n, err := strconv.Atoi(scalar(get(r, "ExpirationInDays"))); err == nil {
+			expire = n
+		}
+	}
+	if expire != schema.PayloadRetentionDays {
+		t.Errorf("objects expire after %d days, schema.PayloadRetentionDays %d", expire, schema.PayloadRetentionDays)
+	}
+	for _, q := range []string{"ParkedQueue", "TargetQueue", "TargetDeadLetterQueue"} {
+		ret, err := strconv.Atoi(scalar(c.prop(q, "MessageRetentionPeriod")))
+		if err != nil || expire*24*3600 <= ret {
+			t.Errorf("%s keeps messages %ds: payload objects (%d days) must outlive them", q, ret, expire)
+		}
+		if got := scalar(c.prop(q, "MaximumMessageSize")); got != strconv.Itoa(park.DefaultMaxMessageBytes) || park.DefaultMaxMessageBytes != process.DefaultMaxMessageBytes {
+			t.Errorf("%s MaximumMessageSize %q, the code sends up to %d inline", q, got, park.DefaultMaxMessageBytes)
+		}
+	}
+	var tls bool
+	for _, st := range get(c.prop("PayloadBucketPolicy", "PolicyDocument"), "Statement").Content {
+		tls = tls || scalar(get(st, "Effect")) == "Deny" && scalar(get(st, "Condition", "Bool", "aws:SecureTransport")) == "false"
+	}
+	if ref(c.prop("PayloadBucketPolicy", "Bucket")) != "PayloadBucket" || !tls {
+		t.Errorf("PayloadBucketPolicy must deny requests without TLS on PayloadBucket")
 	}
 }
 
@@ -550,6 +606,8 @@ func wantGrants() map[string]grants {
 		// A customer managed table key (TableKmsKeyArn), used through DynamoDB only.
 		g.add([]string{"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey"}, "TableKmsKeyArn")
 		g.add([]string{"sqs:SendMessage"}, "ParkedQueue.Arn", "TargetQueue.Arn")
+		// Payloads over 1 MiB: put only, under the key prefixes park and process write.
+		g.add([]string{"s3:PutObject"}, "sub:${PayloadBucket.Arn}/"+park.KeyPrefix+"*", "sub:${PayloadBucket.Arn}/"+process.KeyPrefix+"*")
 	}
 	// Enhanced fan-out: the mapping subscribes through the registered consumer with the
 	// consumer's role.
@@ -616,14 +674,17 @@ func TestIAMLeastPrivilege(t *testing.T) {
 					}
 				}
 				for _, r := range resources {
-					star := r == "=*" || (strings.HasPrefix(r, "=") || strings.HasPrefix(r, "sub:")) && strings.Contains(r, "*")
+					// Objects under a key prefix of the stack's own bucket are scoped, not "*".
+					prefixed := strings.HasPrefix(r, "sub:${PayloadBucket.Arn}/") && !strings.HasPrefix(r, "sub:${PayloadBucket.Arn}/*") &&
+						strings.Count(r, "*") == 1 && strings.HasSuffix(r, "/*")
+					star := !prefixed && (r == "=*" || (strings.HasPrefix(r, "=") || strings.HasPrefix(r, "sub:")) && strings.Contains(r, "*"))
 					if star {
 						for _, a := range actions {
 							if _, ok := starOnly[a]; !ok {
 								t.Errorf("%s on %q: resource \"*\" is reserved for actions without a resource type", a, r)
 							}
 						}
-					} else if strings.HasPrefix(r, "=") || strings.HasPrefix(r, "sub:") {
+					} else if !prefixed && (strings.HasPrefix(r, "=") || strings.HasPrefix(r, "sub:")) {
 						t.Errorf("statement %q: literal resource %q, reference the stack's resources instead", scalar(get(s, "Sid")), r)
 					}
 				}
@@ -703,7 +764,7 @@ func TestOutputs(t *testing.T) {
 			referenced[strings.SplitN(tg, ".", 2)[0]] = true
 		}
 	}
-	for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Serverless::Function", "AWS::Kinesis::Stream"} {
+	for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Serverless::Function", "AWS::Kinesis::Stream", "AWS::S3::Bucket"} {
 		for _, id := range c.resourcesOfType(typ) {
 			if !referenced[id] {
 				t.Errorf("no output for %s %s", typ, id)

@@ -294,7 +294,7 @@ func TestEnv(t *testing.T) {
 		t.Fatalf("functions %v", got)
 	}
 	common := []string{config.EnvGroup, config.EnvCheckpointTable, config.EnvDedupeTable, config.EnvParkedQueueURL,
-		config.EnvTargetQueueURL, config.EnvMaxRecordAttempts, config.EnvMaxConcurrency, config.EnvDedupeKey,
+		config.EnvTargetQueueURL, config.EnvPayloadBucket, config.EnvMaxRecordAttempts, config.EnvMaxConcurrency, config.EnvDedupeKey,
 		config.EnvLedgerTTL, config.EnvLogPayloads, config.EnvStreamName, chaos.EnvVar}
 	wantVars := map[string][]string{
 		"ConsumerFunction":   append(slices.Clone(common), config.EnvDeadlineMargin),

@@ -1,6 +1,23 @@
 // Package process is gapless's default business logic: it forwards every record to an SQS queue
 // (TARGET_QUEUE_URL), which makes the consumer a loss-free Kinesis→SQS bridge.
 //
+// Every record Kinesis accepts crosses the bridge, up to the 10 MiB a stream takes when its
+// maximum record size is raised. A message larger than the queue takes (1 MiB, SQS's ceiling,
+// counting the body and the attributes; binary data grows by a third in base64, so binary
+// records over ~768 KiB) is sent claim-check style, in the format of the Amazon SQS Extended
+// Client Library (SQS developer guide, "Managing large Amazon SQS messages with Extended Client
+// Library and Amazon S3"; awslabs/amazon-sqs-java-extended-client-lib): the body that would have
+// been sent is stored as one S3 object in the payload bucket (PAYLOAD_BUCKET), and the message
+// body is the pointer
+//
+//	["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"<bucket>","s3Key":"<key>"}]
+//
+// with the message attribute ExtendedPayloadSize (Number: the stored body's size in bytes) beside
+// gapless's own attributes. A consumer using the Extended Client (Java, Python, and ports) reads
+// such messages transparently; any other consumer calls FetchBody. The objects expire with the
+// bucket's lifecycle (15 days, longer than the queue's 14-day retention); gapless never deletes
+// them, since a message may be received more than once.
+//
 // To run your own logic, replace New (this one file) with a function returning a
 // pipeline.ProcessFunc: it is called once per user record, concurrently across partition keys and
 // in sequence order within a key; return an error to have the record retried (and parked after
@@ -10,14 +27,20 @@ package process
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -52,25 +75,152 @@ type SendMessageAPI interface {
 
 var _ SendMessageAPI = (*sqs.Client)(nil)
 
+// PutObjectAPI is the S3 call New makes for a message too large for the queue.
+type PutObjectAPI interface {
+	PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+}
+
+// GetObjectAPI is the S3 call FetchBody makes.
+type GetObjectAPI interface {
+	GetObject(context.Context, *s3.GetObjectInput, ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+}
+
+var (
+	_ PutObjectAPI = (*s3.Client)(nil)
+	_ GetObjectAPI = (*s3.Client)(nil)
+)
+
+// The Amazon SQS Extended Client Library's names (SQSExtendedClientConstants and
+// payloadoffloading.PayloadS3Pointer in awslabs/amazon-sqs-java-extended-client-lib).
+const (
+	// AttrExtendedPayloadSize marks a message whose body is in S3; its value is the body's size.
+	AttrExtendedPayloadSize = "ExtendedPayloadSize"
+	// PointerClass is the first element of the pointer body.
+	PointerClass = "software.amazon.payloadoffloading.PayloadS3Pointer"
+)
+
+// DefaultMaxMessageBytes is the largest message New sends with the body inline: 1 MiB, the SQS
+// ceiling (SendMessage API reference: "The maximum size is 1 MiB or 1,048,576 bytes"), which
+// template.yaml gives the target queue. A queue configured for less needs WithMaxMessageBytes.
+const DefaultMaxMessageBytes = 1024 * 1024
+
+// KeyPrefix starts the key of every forwarded body stored in S3.
+const KeyPrefix = "target/"
+
+// Option configures New.
+type Option func(*forwarder)
+
+// WithPayloadBucket stores bodies too large for a message in bucket (PAYLOAD_BUCKET) through
+// client. Without it such a record fails (and is parked after MAX_RECORD_ATTEMPTS).
+func WithPayloadBucket(client PutObjectAPI, bucket string) Option {
+	return func(f *forwarder) { f.s3, f.bucket = client, bucket }
+}
+
+// WithMaxMessageBytes sets the largest message (body plus attributes) sent inline.
+func WithMaxMessageBytes(n int) Option { return func(f *forwarder) { f.maxBytes = n } }
+
+type forwarder struct {
+	client   SendMessageAPI
+	url      string
+	fifo     bool
+	maxBytes int
+	s3       PutObjectAPI
+	bucket   string
+}
+
 // New returns the default Process: each record becomes one SendMessage to targetQueueURL with
 // the data as the body (base64 when it is not valid SQS text, see AttrEncoding) and the record id
-// and partition key as attributes. On a FIFO queue (URL ending in .fifo) MessageGroupId is the
+// and partition key as attributes; a message over the size limit goes through the payload bucket
+// (see the package comment). On a FIFO queue (URL ending in .fifo) MessageGroupId is the
 // partition key, so order per key is kept downstream, and MessageDeduplicationId is the record
 // id, so a record forwarded twice within SQS's 5-minute deduplication window is delivered once.
 // Either id longer than 128 characters, or with characters SQS does not allow in it, is replaced
 // by the SHA-256 hex of its value.
-func New(client SendMessageAPI, targetQueueURL string) pipeline.ProcessFunc {
-	fifo := strings.HasSuffix(targetQueueURL, ".fifo")
-	return func(ctx context.Context, r pipeline.Record) error {
-		in := Message(targetQueueURL, fifo, r)
-		if _, err := client.SendMessage(ctx, in); err != nil {
-			return fmt.Errorf("process: forward record %s to %s: %w", r.ID, targetQueueURL, err)
-		}
-		return nil
+func New(client SendMessageAPI, targetQueueURL string, opts ...Option) pipeline.ProcessFunc {
+	f := &forwarder{client: client, url: targetQueueURL, fifo: strings.HasSuffix(targetQueueURL, ".fifo"), maxBytes: DefaultMaxMessageBytes}
+	for _, o := range opts {
+		o(f)
 	}
+	return f.forward
 }
 
-// Message builds the SendMessage request New sends for r (exported for tests and tools).
+func (f *forwarder) forward(ctx context.Context, r pipeline.Record) error {
+	in := Message(f.url, f.fifo, r)
+	if size := Size(in); size > f.maxBytes {
+		if f.s3 == nil || f.bucket == "" {
+			return fmt.Errorf("process: record %s: a %d-byte message exceeds the target queue's %d and no payload bucket is configured", r.ID, size, f.maxBytes)
+		}
+		body := aws.ToString(in.MessageBody)
+		key := fmt.Sprintf("%s%s/%s-%d/%s", KeyPrefix, r.ID.ShardID, r.ID.Seq, r.ID.Sub, nonce())
+		if _, err := f.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(f.bucket), Key: aws.String(key),
+			Body: strings.NewReader(body), ContentLength: aws.Int64(int64(len(body)))}); err != nil {
+			return fmt.Errorf("process: store record %s's body in s3://%s/%s: %w", r.ID, f.bucket, key, err)
+		}
+		in.MessageBody = aws.String(pointerBody(f.bucket, key))
+		in.MessageAttributes[AttrExtendedPayloadSize] = sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(len(body)))}
+	}
+	if _, err := f.client.SendMessage(ctx, in); err != nil {
+		return fmt.Errorf("process: forward record %s to %s: %w", r.ID, f.url, err)
+	}
+	return nil
+}
+
+// Size is the size of a SendMessage request as SQS counts it against the queue's
+// MaximumMessageSize: the body plus each attribute's name, data type and value.
+func Size(in *sqs.SendMessageInput) int {
+	n := len(aws.ToString(in.MessageBody))
+	for k, v := range in.MessageAttributes {
+		n += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
+	}
+	return n
+}
+
+type s3Pointer struct {
+	Bucket string `json:"s3BucketName"`
+	Key    string `json:"s3Key"`
+}
+
+func pointerBody(bucket, key string) string {
+	b, _ := json.Marshal([]any{PointerClass, s3Pointer{Bucket: bucket, Key: key}}) // strings only: cannot fail
+	return string(b)
+}
+
+// ErrNotPointer: FetchBody was given a message marked ExtendedPayloadSize whose body is not a pointer.
+var ErrNotPointer = errors.New("process: not an S3 pointer body")
+
+// FetchBody returns the body a forwarded message stands for: body itself, or, when attrs hold
+// ExtendedPayloadSize, the S3 object its pointer body names (read through client). Decode the
+// result with the AttrEncoding attribute as usual.
+func FetchBody(ctx context.Context, client GetObjectAPI, body string, attrs map[string]sqstypes.MessageAttributeValue) (string, error) {
+	if _, ok := attrs[AttrExtendedPayloadSize]; !ok {
+		return body, nil
+	}
+	var ptr []json.RawMessage
+	var p s3Pointer
+	var class string
+	if json.Unmarshal([]byte(body), &ptr) != nil || len(ptr) != 2 || json.Unmarshal(ptr[0], &class) != nil || class != PointerClass ||
+		json.Unmarshal(ptr[1], &p) != nil || p.Bucket == "" || p.Key == "" {
+		return "", fmt.Errorf("%w: %.200q", ErrNotPointer, body)
+	}
+	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(p.Bucket), Key: aws.String(p.Key)})
+	if err != nil {
+		return "", fmt.Errorf("process: get s3://%s/%s: %w", p.Bucket, p.Key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		return "", fmt.Errorf("process: read s3://%s/%s: %w", p.Bucket, p.Key, err)
+	}
+	return string(b), nil
+}
+
+func nonce() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}
+
+// Message builds the inline SendMessage request New sends for r (exported for tests and tools).
 func Message(queueURL string, fifo bool, r pipeline.Record) *sqs.SendMessageInput {
 	body, enc := Body(r.Data)
 	attrs := map[string]sqstypes.MessageAttributeValue{

@@ -237,7 +237,7 @@ func readStackEnv(file string) (map[string]string, error) {
 }
 
 // ensureResources creates what the function's variables name on the local stack when it is
-// missing (localstack.Ensure: the tables, the parked and target queues and, for the reconciler,
+// missing (localstack.Ensure: the tables, the parked and target queues, the payload bucket and, for the reconciler,
 // which reads it, the stream), and replaces the queue URLs in fnEnv by the stack's, so env.json's
 // do not have to match the stack's port or backend.
 func ensureResources(ctx context.Context, function string, stackEnv, fnEnv map[string]string, stderr io.Writer) error {

@@ -40,6 +40,7 @@ type opsStack struct {
 	group, stream        string
 	cpTable, ledgerTable string
 	parkedURL, targetURL string
+	bucket               string
 	shardID              string
 	cps                  *checkpoint.Store
 	ledger               *dedupe.Ledger
@@ -52,7 +53,7 @@ func newOpsStack(t *testing.T) *opsStack {
 	t.Helper()
 	s := &opsStack{t: t, ddb: stacktest.DynamoDB(t), kin: stacktest.Kinesis(t), sqs: stacktest.SQS(t), group: "ops",
 		cpTable: stacktest.CheckpointTable(t), ledgerTable: stacktest.LedgerTable(t),
-		parkedURL: stacktest.Queue(t, "parked", false), targetURL: stacktest.Queue(t, "target", false)}
+		parkedURL: stacktest.Queue(t, "parked", false), targetURL: stacktest.Queue(t, "target", false), bucket: stacktest.Bucket(t)}
 	s.stream, _ = stacktest.Stream(t, 1)
 	s.cps = checkpoint.New(s.ddb, s.cpTable)
 	s.ledger = dedupe.New(s.ddb, s.ledgerTable)
@@ -94,7 +95,7 @@ func (s *opsStack) run(from, to int, fail bool, maxAttempts int, advance bool) p
 	if fail {
 		proc = func(context.Context, pipeline.Record) error { return fmt.Errorf("downstream rejects it") }
 	}
-	var opts []park.Option
+	opts := []park.Option{park.WithPayloadBucket(stacktest.S3(s.t), s.bucket)}
 	if s.parkedMaxBytes > 0 {
 		opts = append(opts, park.WithMaxMessageBytes(s.parkedMaxBytes))
 	}

@@ -32,8 +32,9 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	visibility := fs.Duration("visibility", 2*time.Minute, "how long a received message stays hidden; messages left in the queue reappear after it")
 	setHelp(fs, "redrive [flags]",
 		"Receives parked records (the parked queue) of the group and stream and runs each through the\n"+
-			"pipeline again with a fresh budget of --max-attempts (records parked by reference are re-read\n"+
-			"from the stream). A record that succeeds is forwarded by the default Process and its message\n"+
+			"pipeline again with a fresh budget of --max-attempts (a payload parked in the payload bucket is\n"+
+			"read back from S3 and checked; one parked by reference by an older release is re-read from the\n"+
+			"stream). A record that succeeds is forwarded by the default Process and its message\n"+
 			"deleted; one that fails its whole budget is parked again (a new message) and the old one\n"+
 			"deleted; anything else stays in the queue. Progress on stderr, summary on stdout.\n"+
 			"Exits 1 when some message was left in the queue.")
@@ -58,7 +59,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	d, err := reconcile.NewRedriver(c.sqs, o.parkedQueue, c.kin, p,
 		reconcile.RedriveConfig{Group: o.group, Stream: o.stream, MaxRecordAttempts: o.maxAttempts, MaxMessages: *maxMessages, VisibilityTimeout: *visibility},
-		reconcile.WithRedriveLogger(log), reconcile.WithRedriveProgress(func(ev reconcile.RedriveEvent) {
+		reconcile.WithRedriveLogger(log), reconcile.WithRedrivePayloads(c.s3), reconcile.WithRedriveProgress(func(ev reconcile.RedriveEvent) {
 			line := fmt.Sprintf("redrive %s: %s", orDash(ev.RecordID, ev.MessageID), ev.Outcome)
 			if ev.Attempts > 0 {
 				line += fmt.Sprintf(" after %d attempt(s)", ev.Attempts)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 )
 
@@ -17,13 +18,20 @@ type redriveJSON struct {
 
 func TestRedrive(t *testing.T) {
 	s := newOpsStack(t)
-	s.parkedMaxBytes = 1500 // the large record is parked by reference
+	s.parkedMaxBytes = 1500 // the large record's payload goes to the payload bucket
 	s.put([]byte(`{"id":"small-0"}`), bytes.Repeat([]byte("L"), 3000), []byte(`{"id":"small-2"}`))
-	if res := s.run(0, 3, true, 1, false); res.Parked != 3 || res.ParkedByRef != 1 {
+	if res := s.run(0, 3, true, 1, false); res.Parked != 3 || res.ParkedByRef != 0 {
 		t.Fatalf("parking: %+v", res)
 	}
+	if msgs := s.parked(); len(msgs) != 3 || countInS3(msgs) != 1 {
+		t.Fatalf("parked %+v, want 3 messages, the large one naming its object", msgs)
+	} else {
+		for _, m := range msgs {
+			s.requeue(m)
+		}
+	}
 	redrive := func(target string, extra ...string) (redriveJSON, string, int) {
-		stdout, stderr, code := gapless(t, append(append([]string{"redrive", "--json", "--max-attempts", "2", "--target-queue", target}, extra...), s.args()...)...)
+		stdout, stderr, code := gapless(t, append(append([]string{"redrive", "--json", "--max-attempts", "2", "--target-queue", target, "--payload-bucket", s.bucket}, extra...), s.args()...)...)
 		return decodeJSON[redriveJSON](t, stdout), stderr, code
 	}
 
@@ -33,7 +41,7 @@ func TestRedrive(t *testing.T) {
 			t.Fatalf("exit %d %+v\n%s", code, r, stderr)
 		}
 		if !strings.Contains(stderr, s.id(1).String()+": processed after 1 attempt(s)") {
-			t.Errorf("no progress line for the by-reference record: %q", stderr)
+			t.Errorf("no progress line for the record parked in S3: %q", stderr)
 		}
 		got := s.forwarded()
 		for i := range 3 {
@@ -68,4 +76,14 @@ func TestRedrive(t *testing.T) {
 			s.requeue(msgs[0])
 		}
 	})
+}
+
+func countInS3(msgs []park.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.PayloadS3 != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -21,6 +21,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -31,6 +32,8 @@ import (
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
+	"github.com/gapless-dev/gapless/internal/schema"
+	"github.com/gapless-dev/gapless/internal/wire"
 	"github.com/gapless-dev/gapless/process"
 )
 
@@ -43,6 +46,7 @@ func init() {
 type opsOptions struct {
 	group, stream, checkpointTable, dedupeTable string
 	parkedQueue, targetQueue                    string
+	payloadBucket                               string
 	maxAttempts                                 int
 	dedupeKey                                   string
 	ledgerTTL                                   time.Duration
@@ -69,6 +73,7 @@ func opsFlags(name string, stderr io.Writer, queues bool) (*flag.FlagSet, *opsOp
 			attempts = v
 		}
 		fs.IntVar(&o.maxAttempts, "max-attempts", attempts, "failures before a record is parked (default $"+config.EnvMaxRecordAttempts+" or 5)")
+		fs.StringVar(&o.payloadBucket, "payload-bucket", os.Getenv(config.EnvPayloadBucket), "S3 bucket for payloads over 1 MiB, parked or forwarded (default $"+config.EnvPayloadBucket+"; on the local stack "+schema.PayloadBucket+")")
 		fs.StringVar(&o.dedupeKey, "dedupe-key", os.Getenv(config.EnvDedupeKey), "business-key JSON field, as the consumer's (default $"+config.EnvDedupeKey+", empty = off)")
 		ttl := config.DefaultLedgerTTL
 		if v, err := time.ParseDuration(os.Getenv(config.EnvLedgerTTL)); err == nil && v > 0 {
@@ -106,7 +111,8 @@ type opsClients struct {
 	kin   *kinesis.Client
 	ddb   *dynamodb.Client
 	sqs   *sqs.Client
-	local bool // endpoints from a local stack.env
+	s3    *s3.Client // payload bucket: parked and forwarded payloads over 1 MiB
+	local bool       // endpoints from a local stack.env
 }
 
 // loadClients points the SDK at AWS_ENDPOINT_URL_* when any is set (or --aws), else at the local
@@ -132,7 +138,7 @@ func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClien
 		if err != nil {
 			return opsClients{}, fmt.Errorf("load AWS configuration: %w", err)
 		}
-		return opsClients{kin: kinesis.NewFromConfig(cfg), ddb: dynamodb.NewFromConfig(cfg), sqs: sqs.NewFromConfig(cfg)}, nil
+		return opsClients{kin: kinesis.NewFromConfig(cfg), ddb: dynamodb.NewFromConfig(cfg), sqs: sqs.NewFromConfig(cfg), s3: wire.NewS3(cfg, os.Getenv)}, nil
 	}
 	env, err := readStackEnv(stackFile)
 	if err != nil {
@@ -142,6 +148,10 @@ func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClien
 		return opsClients{}, fmt.Errorf("%s names no Kinesis endpoint", stackFile)
 	}
 	fmt.Fprintf(stderr, "using the local stack in %s\n", stackFile)
+	s3Endpoint := env["AWS_ENDPOINT_URL_S3"]
+	if s3Endpoint == "" {
+		s3Endpoint = env["AWS_ENDPOINT_URL_SQS"] // fauxqs and moto serve S3 on the SQS port
+	}
 	region := env["AWS_REGION"]
 	if region == "" {
 		region = "us-east-1"
@@ -154,9 +164,12 @@ func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClien
 		return opsClients{}, fmt.Errorf("load AWS configuration: %w", err)
 	}
 	return opsClients{
-		kin:   kinesis.NewFromConfig(cfg, func(k *kinesis.Options) { k.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_KINESIS"]) }),
-		ddb:   dynamodb.NewFromConfig(cfg, func(d *dynamodb.Options) { d.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_DYNAMODB"]) }),
-		sqs:   sqs.NewFromConfig(cfg, func(s *sqs.Options) { s.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_SQS"]) }),
+		kin: kinesis.NewFromConfig(cfg, func(k *kinesis.Options) { k.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_KINESIS"]) }),
+		ddb: dynamodb.NewFromConfig(cfg, func(d *dynamodb.Options) { d.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_DYNAMODB"]) }),
+		sqs: sqs.NewFromConfig(cfg, func(s *sqs.Options) { s.BaseEndpoint = aws.String(env["AWS_ENDPOINT_URL_SQS"]) }),
+		s3: s3.NewFromConfig(cfg, func(o *s3.Options) {
+			o.BaseEndpoint, o.UsePathStyle, o.DisableLogOutputChecksumValidationSkipped = aws.String(s3Endpoint), true, true
+		}),
 		local: true,
 	}, nil
 }
@@ -200,10 +213,15 @@ func buildPipeline(ctx context.Context, c opsClients, o *opsOptions, ledger pipe
 		return nil, err
 	}
 	o.parkedQueue, o.targetQueue = parked, target
+	if o.payloadBucket == "" && c.local {
+		o.payloadBucket = schema.PayloadBucket
+	}
 	cfg := pipeline.DefaultConfig()
 	cfg.MaxRecordAttempts, cfg.DedupeKey = o.maxAttempts, o.dedupeKey
 	return pipeline.New(ledger, pipeline.CheckpointStore{S: checkpoint.New(c.ddb, o.checkpointTable)},
-		park.New(c.sqs, parked), process.New(c.sqs, target), cfg, pipeline.WithLogger(log), pipeline.WithClaimer(claimer))
+		park.New(c.sqs, parked, park.WithPayloadBucket(c.s3, o.payloadBucket)),
+		process.New(c.sqs, target, process.WithPayloadBucket(c.s3, o.payloadBucket)),
+		cfg, pipeline.WithLogger(log), pipeline.WithClaimer(claimer))
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -19,6 +19,7 @@ func fullEnv() map[string]string {
 	return map[string]string{
 		config.EnvGroup: "g", config.EnvCheckpointTable: "cp", config.EnvDedupeTable: "ledger",
 		config.EnvParkedQueueURL: "http://127.0.0.1:1/q/parked", config.EnvTargetQueueURL: "http://127.0.0.1:1/q/target",
+		config.EnvPayloadBucket: "payloads",
 	}
 }
 

@@ -40,7 +40,7 @@ func fullEnv() map[string]string {
 	return map[string]string{
 		config.EnvGroup: "g", config.EnvCheckpointTable: "cp", config.EnvDedupeTable: "ledger",
 		config.EnvParkedQueueURL: "http://127.0.0.1:1/q/parked", config.EnvTargetQueueURL: "http://127.0.0.1:1/q/target",
-		config.EnvStreamName: "stream",
+		config.EnvStreamName: "stream", config.EnvPayloadBucket: "payloads",
 	}
 }
 
@@ -160,7 +160,7 @@ func TestScheduledPassUnderRIE(t *testing.T) {
 		Env: map[string]string{
 			config.EnvGroup: group, config.EnvCheckpointTable: cpTable, config.EnvDedupeTable: ledgerTable,
 			config.EnvParkedQueueURL: parked, config.EnvTargetQueueURL: target, config.EnvStreamName: stream,
-			config.EnvSettleAfter: "1ms",
+			config.EnvSettleAfter: "1ms", config.EnvPayloadBucket: stacktest.Bucket(t),
 		}})
 	if err != nil {
 		t.Fatal(err)

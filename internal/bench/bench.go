@@ -29,6 +29,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gapless-dev/gapless/internal/schema"
 )
 
 // Config is one benchmark run.
@@ -190,6 +192,7 @@ func Run(ctx context.Context, c Clients, cfg Config) (Results, error) {
 			{Handler: Gapless, Package: cfg.ConsumerPackage, Env: map[string]string{
 				"GAPLESS_GROUP": tables.Group, "CHECKPOINT_TABLE": tables.Checkpoint, "DEDUPE_TABLE": tables.Ledger,
 				"PARKED_QUEUE_URL": tables.ParkedQueue, "TARGET_QUEUE_URL": tables.TargetQueue,
+				"PAYLOAD_BUCKET": schema.PayloadBucket, // a cold start only checks the name
 			}},
 		}
 		bs, err := ColdStarts(ctx, cfg.Root, cfg.WorkDir, boots, cfg.ColdStartReps, cfg.Arm64Sizes)

@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ const (
 	EnvDedupeTable       = "DEDUPE_TABLE"
 	EnvParkedQueueURL    = "PARKED_QUEUE_URL"
 	EnvTargetQueueURL    = "TARGET_QUEUE_URL"
+	EnvPayloadBucket     = "PAYLOAD_BUCKET"
 	EnvMaxRecordAttempts = "MAX_RECORD_ATTEMPTS"
 	EnvMaxConcurrency    = "MAX_CONCURRENCY"
 	EnvDedupeKey         = "DEDUPE_KEY"
@@ -50,17 +52,20 @@ var StreamARNPattern = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+
 // ConsumerRequired and ReconcilerRequired list the variables without defaults. The reconciler
 // takes STREAM_ARN in place of STREAM_NAME too (see LoadReconciler).
 var (
-	ConsumerRequired   = []string{EnvGroup, EnvCheckpointTable, EnvDedupeTable, EnvParkedQueueURL, EnvTargetQueueURL}
+	ConsumerRequired   = []string{EnvGroup, EnvCheckpointTable, EnvDedupeTable, EnvParkedQueueURL, EnvTargetQueueURL, EnvPayloadBucket}
 	ReconcilerRequired = append(append([]string(nil), ConsumerRequired...), EnvStreamName)
 )
 
 // Common is what both functions need to run the batch pipeline.
 type Common struct {
-	Group             string
-	CheckpointTable   string
-	DedupeTable       string
-	ParkedQueueURL    string
-	TargetQueueURL    string
+	Group           string
+	CheckpointTable string
+	DedupeTable     string
+	ParkedQueueURL  string
+	TargetQueueURL  string
+	// PayloadBucket holds payloads too large for an SQS message, claim-check style: parked
+	// records (internal/park) and records the default Process forwards (package process).
+	PayloadBucket     string
 	MaxRecordAttempts int
 	MaxConcurrency    int
 	DedupeKey         string // JSON field path (dot-separated); empty disables business-key dedupe
@@ -171,6 +176,7 @@ func (p *parser) common() Common {
 		DedupeTable:       p.required(EnvDedupeTable),
 		ParkedQueueURL:    p.required(EnvParkedQueueURL),
 		TargetQueueURL:    p.required(EnvTargetQueueURL),
+		PayloadBucket:     p.required(EnvPayloadBucket),
 		MaxRecordAttempts: p.intIn(EnvMaxRecordAttempts, DefaultMaxRecordAttempts, 1, 1000),
 		MaxConcurrency:    p.intIn(EnvMaxConcurrency, DefaultMaxConcurrency, 1, 1024),
 		DedupeKey:         strings.TrimSpace(p.getenv(EnvDedupeKey)),
@@ -182,6 +188,9 @@ func (p *parser) common() Common {
 			p.fail(EnvGroup, c.Group, "may hold only letters, digits, '_', '.', ':' and '-' (1-256)")
 		}
 	}
+	if c.PayloadBucket != "" && !validBucket(c.PayloadBucket) {
+		p.fail(EnvPayloadBucket, c.PayloadBucket, "is not an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit)")
+	}
 	if c.DedupeKey != "" && (strings.HasPrefix(c.DedupeKey, ".") || strings.HasSuffix(c.DedupeKey, ".") || strings.Contains(c.DedupeKey, "..")) {
 		p.fail(EnvDedupeKey, c.DedupeKey, "must be a dot-separated JSON field path like order.id")
 	}
@@ -189,6 +198,23 @@ func (p *parser) common() Common {
 		p.fail(EnvLedgerTTL, p.getenv(EnvLedgerTTL), "must cover the stream retention (at least 24h) plus the settle window: use 25h or more")
 	}
 	return c
+}
+
+// validBucket applies the S3 general purpose bucket naming rules (Amazon S3 user guide, "General
+// purpose bucket naming rules"): 3-63 characters of lowercase letters, digits, '.' and '-',
+// beginning and ending with a letter or digit, no two adjacent periods, not an IP address.
+func validBucket(name string) bool {
+	if len(name) < 3 || len(name) > 63 || strings.Contains(name, "..") || net.ParseIP(name) != nil {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && ((c != '.' && c != '-') || i == 0 || i == len(name)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *parser) intIn(name string, def, lo, hi int) int {

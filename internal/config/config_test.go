@@ -13,6 +13,7 @@ func base() map[string]string {
 	return map[string]string{
 		EnvGroup: "orders", EnvCheckpointTable: "cp", EnvDedupeTable: "ledger",
 		EnvParkedQueueURL: "http://q/parked", EnvTargetQueueURL: "http://q/target", EnvStreamName: "orders-stream",
+		EnvPayloadBucket: "orders-payloads",
 	}
 }
 
@@ -58,6 +59,13 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"bad dedupe key", map[string]string{EnvDedupeKey: "order..id"}, "", EnvDedupeKey},
 		{"bad margin", map[string]string{EnvDeadlineMargin: "soon"}, "", EnvDeadlineMargin},
 		{"bad stream", map[string]string{EnvStreamName: "orders/stream"}, "", EnvStreamName},
+		{"missing payload bucket", nil, EnvPayloadBucket, EnvPayloadBucket + " is required"},
+		{"bucket with capitals", map[string]string{EnvPayloadBucket: "Orders"}, "", EnvPayloadBucket},
+		{"bucket too short", map[string]string{EnvPayloadBucket: "ab"}, "", EnvPayloadBucket},
+		{"bucket ends with a dash", map[string]string{EnvPayloadBucket: "orders-"}, "", EnvPayloadBucket},
+		{"bucket with two periods", map[string]string{EnvPayloadBucket: "a..b"}, "", EnvPayloadBucket},
+		{"bucket as an IP address", map[string]string{EnvPayloadBucket: "192.168.5.4"}, "", EnvPayloadBucket},
+		{"bucket as a URL", map[string]string{EnvPayloadBucket: "s3://orders"}, "", EnvPayloadBucket},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

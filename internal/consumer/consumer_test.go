@@ -20,6 +20,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/faultproxy"
 	"github.com/gapless-dev/gapless/internal/kpl"
+	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -219,30 +220,36 @@ func TestPoisonIsParkedWithItsExactPayload(t *testing.T) {
 func TestParkingEdgeCases(t *testing.T) {
 	s := newStack(t)
 	poisonSeq := fixtures.Seq(fixtures.PoisonIndex)
-	t.Run("too large: parked by reference", func(t *testing.T) {
-		r := s.rig(t, "byref", withConfig(func(c *pipeline.Config) { c.MaxRecordAttempts = 1 }),
-			withParker(park.New(s.sqs, s.parkedURL, park.WithMaxMessageBytes(4096))))
+	t.Run("too large for a message: payload parked in S3", func(t *testing.T) {
+		objects := stacktest.S3(t)
+		r := s.rig(t, "large", withConfig(func(c *pipeline.Config) { c.MaxRecordAttempts = 1 }),
+			withParker(park.New(s.sqs, s.parkedURL, park.WithMaxMessageBytes(4096), park.WithPayloadBucket(objects, stacktest.Bucket(t)))))
 		big := fmt.Appendf(nil, `{"poison":true,"pad":%q}`, strings.Repeat("x", 5000))
 		resp, err := r.invoke(t, mkEvent(t, rec{seq: poisonSeq, pk: "k", data: big}, rec{seq: fixtures.Seq(5), pk: "k", data: []byte("{}")}))
 		if err != nil || failureOf(t, resp) != "" {
 			t.Fatalf("resp %+v err %v", resp, err)
 		}
 		m := r.lastMetrics(t)
-		if m.Values[MetricRecordsParked] != 1 || m.Values[MetricRecordsParkedByRef] != 1 {
+		if m.Values[MetricRecordsParked] != 1 || m.Values[MetricRecordsParkedByRef] != 0 {
 			t.Errorf("metrics %v", m.Values)
 		}
-		var errLine bool
-		for _, l := range r.logs.jsonLines(t) {
-			if strings.Contains(fmt.Sprint(l["msg"]), "BY REFERENCE") && l["level"] == "ERROR" && l["sequence_number"] == poisonSeq {
-				errLine = true
+		var found bool
+		for _, pm := range s.receiveParked(t, 1) {
+			if pm.Seq != poisonSeq || pm.Group != shardFor("large").Group {
+				continue
+			}
+			found = true
+			data, err := pm.Payload(context.Background(), objects)
+			if pm.PayloadS3 == nil || err != nil || !bytes.Equal(data, big) {
+				t.Errorf("parked message %+v: payload %d bytes (%v), want the %d bytes from S3", pm, len(data), err, len(big))
 			}
 		}
-		if !errLine {
-			t.Error("no ERROR log for the by-reference park")
+		if !found {
+			t.Error("large record not in the parked queue")
 		}
-		rng, err := s.ledger().Lookup(context.Background(), shardFor("byref"), poisonSeq, poisonSeq)
-		if err != nil || !rng.ParkedByRef(ids(poisonSeq)[0]) {
-			t.Errorf("ledger does not mark the record parked by reference (%v)", err)
+		rng, err := s.ledger().Lookup(context.Background(), shardFor("large"), poisonSeq, poisonSeq)
+		if err != nil || !rng.Parked(ids(poisonSeq)[0]) || rng.ParkedByRef(ids(poisonSeq)[0]) {
+			t.Errorf("ledger must mark the record parked, with its payload (%v)", err)
 		}
 	})
 	t.Run("SQS failure leaves the record failed", func(t *testing.T) {

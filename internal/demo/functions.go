@@ -60,6 +60,7 @@ type functionEnv struct {
 	ledgerTable                  string
 	targetURL, parkedURL         string
 	kinesisURL                   string // direct: the proxies sit in front of DynamoDB and SQS only
+	s3URL                        string // direct: the SQS emulator's port serves S3 (payload bucket)
 	consumerDDB, consumerSQS     string
 	racerSQS                     string // the racing mapping's consumer's SQS endpoint
 	reconcilerDDB, reconcilerSQS string

@@ -22,6 +22,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/esm"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 	"github.com/gapless-dev/gapless/internal/rie"
+	"github.com/gapless-dev/gapless/internal/schema"
 )
 
 // bootstraps are the built function binaries.
@@ -151,11 +152,13 @@ func commonEnv(fe functionEnv, ddb, sqsURL string) map[string]string {
 		config.EnvDedupeTable:       fe.ledgerTable,
 		config.EnvParkedQueueURL:    fe.parkedURL,
 		config.EnvTargetQueueURL:    fe.targetURL,
+		config.EnvPayloadBucket:     schema.PayloadBucket, // the demo's records fit in a message: never written
 		config.EnvMaxRecordAttempts: strconv.Itoa(fe.maxRecordAttempts),
 		chaos.EnvVar:                fe.chaos.String(),
 		"AWS_ENDPOINT_URL_DYNAMODB": ddb,
 		"AWS_ENDPOINT_URL_SQS":      sqsURL,
 		"AWS_ENDPOINT_URL_KINESIS":  fe.kinesisURL,
+		"AWS_ENDPOINT_URL_S3":       fe.s3URL,
 		"AWS_REGION":                fe.awsCfg.Region,
 		"AWS_DEFAULT_REGION":        fe.awsCfg.Region,
 		// The emulators accept any credentials; never let a function look for real ones.

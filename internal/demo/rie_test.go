@@ -28,7 +28,7 @@ func TestMainsApplyChaos(t *testing.T) {
 func TestFunctionEnvironment(t *testing.T) {
 	fe := functionEnv{group: "demo", stream: "s", checkpointTable: "cp", ledgerTable: "lg", targetURL: "t", parkedURL: "p",
 		kinesisURL: "http://127.0.0.1:1", consumerDDB: "http://127.0.0.1:2", consumerSQS: "http://127.0.0.1:3",
-		reconcilerDDB: "http://127.0.0.1:4", reconcilerSQS: "http://127.0.0.1:5", maxRecordAttempts: 5,
+		reconcilerDDB: "http://127.0.0.1:4", reconcilerSQS: "http://127.0.0.1:5", s3URL: "http://127.0.0.1:6", maxRecordAttempts: 5,
 		deadlineMargin: consumerDeadlineMargin(DefaultConfig().FunctionTimeout), settleAfter: DefaultConfig().SettleAfter,
 		chaos: DefaultConfig().withDefaults().chaosConfig("/tmp/state")}
 	fe.awsCfg.Region = "us-east-1"
@@ -38,6 +38,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		"AWS_ENDPOINT_URL_KINESIS": "http://127.0.0.1:1", "DEADLINE_MARGIN": "2s", "MAX_RECORD_ATTEMPTS": "5",
 		"GAPLESS_CHAOS":     "seed=1,transient=0.03,panic=0.005,slow=0.002,slowfor=12s,poison=true,state=/tmp/state",
 		"AWS_ACCESS_KEY_ID": "local",
+		"PAYLOAD_BUCKET":    "gapless-payloads", "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:6",
 	} {
 		if c[k] != want {
 			t.Errorf("consumer %s = %q, want %q", k, c[k], want)

@@ -574,7 +574,7 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 	return functionEnv{
 		awsCfg: v.e.awsCfg, group: group, stream: v.stream,
 		checkpointTable: v.checkpointTable, ledgerTable: v.ledgerTable,
-		targetURL: v.targetURL, parkedURL: v.parkedURL, kinesisURL: v.kinesisURL(),
+		targetURL: v.targetURL, parkedURL: v.parkedURL, kinesisURL: v.kinesisURL(), s3URL: v.e.ep.SQS,
 		consumerDDB: v.fnDDB.URL(), consumerSQS: v.fnSQS.URL(), racerSQS: v.raceSQS.URL(),
 		reconcilerDDB: v.recDDB.URL(), reconcilerSQS: v.recSQS.URL(),
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),

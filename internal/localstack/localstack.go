@@ -1,7 +1,7 @@
 // Package localstack installs, starts, probes and stops the local AWS stack that gapless runs
 // against during development, tests and the demo: kinesis-local (Kinesis), dynalite (DynamoDB),
-// fauxqs (SQS) and, as a second DynamoDB/SQS target, moto_server. Everything listens on
-// 127.0.0.1 only; kinesis-local and fauxqs bind 0.0.0.0 by code, so they are started with
+// fauxqs (SQS, and S3 on the same port) and, as a second DynamoDB/SQS/S3 target, moto_server.
+// Everything listens on 127.0.0.1 only; kinesis-local and fauxqs bind 0.0.0.0 by code, so they are started with
 // tools/loopback.cjs preloaded, which rewrites every listen to loopback.
 //
 // It is a development tool, not part of the deployed product.
@@ -29,8 +29,8 @@ type Service string
 const (
 	Kinesis  Service = "kinesis"  // npm kinesis-local (kinesis-mock)
 	DynamoDB Service = "dynamodb" // npm dynalite
-	SQS      Service = "sqs"      // npm fauxqs
-	Moto     Service = "moto"     // moto_server, serving DynamoDB and SQS
+	SQS      Service = "sqs"      // npm fauxqs (also serves S3 on its port)
+	Moto     Service = "moto"     // moto_server, serving DynamoDB, SQS and S3
 )
 
 // DefaultPorts are the fixed ports of a stack started by `gapless up`; each can be overridden

@@ -13,6 +13,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/config"
@@ -34,6 +35,7 @@ type Resources struct {
 	LedgerTable     string // DEDUPE_TABLE
 	ParkedQueue     string // the queue named by the last path element of PARKED_QUEUE_URL
 	TargetQueue     string // ... of TARGET_QUEUE_URL
+	PayloadBucket   string // PAYLOAD_BUCKET: payloads over SQS's limit (served by the SQS emulator)
 }
 
 // ResourcesFromEnv reads the names from one or more sets of function variables (the sections
@@ -52,6 +54,7 @@ func ResourcesFromEnv(envs ...map[string]string) Resources {
 		set(&r.LedgerTable, e[config.EnvDedupeTable])
 		set(&r.ParkedQueue, queueName(e[config.EnvParkedQueueURL]))
 		set(&r.TargetQueue, queueName(e[config.EnvTargetQueueURL]))
+		set(&r.PayloadBucket, e[config.EnvPayloadBucket])
 	}
 	return r
 }
@@ -120,6 +123,7 @@ func (r Ready) Vars() map[string]string {
 	add(config.EnvDedupeTable, r.LedgerTable)
 	add(config.EnvParkedQueueURL, r.ParkedQueueURL)
 	add(config.EnvTargetQueueURL, r.TargetQueueURL)
+	add(config.EnvPayloadBucket, r.PayloadBucket)
 	return v
 }
 
@@ -180,6 +184,18 @@ func Ensure(ctx context.Context, env map[string]string, r Resources) (Ready, err
 		q.def.FIFO = strings.HasSuffix(q.name, ".fifo")
 		client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(ep) })
 		if *q.url, err = schema.EnsureQueue(ctx, client, q.def); err != nil {
+			return ready, err
+		}
+	}
+	if r.PayloadBucket != "" {
+		ep := env["AWS_ENDPOINT_URL_S3"]
+		if ep == "" { // fauxqs and moto_server serve S3 on their SQS port
+			if ep, err = endpoint("AWS_ENDPOINT_URL_SQS", "bucket "+r.PayloadBucket); err != nil {
+				return ready, err
+			}
+		}
+		client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(ep), true })
+		if err := schema.EnsureBucket(ctx, client, r.PayloadBucket); err != nil {
 			return ready, err
 		}
 	}

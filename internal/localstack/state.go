@@ -16,7 +16,9 @@ import (
 )
 
 // Env returns the standard SDK endpoint variables for a set of processes. With moto running,
-// DynamoDB and SQS point at it.
+// DynamoDB, SQS and S3 point at it. S3 is served on the SQS port: fauxqs (SNS/SQS/S3) and
+// moto_server both answer S3 requests, path-style (http://127.0.0.1:port/bucket/key), which the
+// SDK uses for an IP-address endpoint.
 func Env(procs []*Process) map[string]string {
 	env := map[string]string{
 		"AWS_REGION":            "us-east-1",
@@ -32,9 +34,11 @@ func Env(procs []*Process) map[string]string {
 			env["AWS_ENDPOINT_URL_DYNAMODB"] = p.Endpoint
 		case SQS:
 			env["AWS_ENDPOINT_URL_SQS"] = p.Endpoint
+			env["AWS_ENDPOINT_URL_S3"] = p.Endpoint
 		case Moto:
 			env["AWS_ENDPOINT_URL_DYNAMODB"] = p.Endpoint
 			env["AWS_ENDPOINT_URL_SQS"] = p.Endpoint
+			env["AWS_ENDPOINT_URL_S3"] = p.Endpoint
 		}
 	}
 	return env

@@ -6,53 +6,92 @@
 // source, parkedAt). Once the message is accepted by SQS the record counts as accounted for and
 // its shard moves on.
 //
-// A payload too large for one SQS message (see WithMaxMessageBytes) is parked by reference: the
-// message carries no data, only the record id, so the record can be re-read from the stream with
-// GetShardIterator(AT_SEQUENCE_NUMBER) while the stream still retains it. The caller logs that at
-// ERROR level and counts it (RecordsParkedByRef) because the payload now lives only in the stream.
+// Every parked record carries its payload somewhere durable. A payload too large for one SQS
+// message (1 MiB, see WithMaxMessageBytes) is stored claim-check style: Park first writes it to
+// the payload bucket (PAYLOAD_BUCKET, see WithPayloadBucket) as one S3 object, then sends the
+// message naming the object (PayloadS3); redrive reads it back (Message.Payload) and checks its
+// length and SHA-256. The bucket's lifecycle outlives the parked queue's 14-day retention
+// (template.yaml, schema.PayloadRetentionDays), so the object exists as long as any message can
+// name it. Without a bucket a too-large record is not parked at all (ErrTooLarge): it stays
+// failed, never parked without its payload.
+//
+// Every Park call is a distinct message: it carries a fresh ParkID, which is part of the FIFO
+// MessageDeduplicationId and of the object key. A record parked again by redrive within SQS's
+// 5-minute deduplication window is therefore a new message, not a duplicate SQS accepts and drops
+// (after which redrive would delete the only copy). A park retried by the SDK after a lost
+// response reuses the request, so its deduplication id, and stays one message on a FIFO queue.
+//
+// Messages of version 1 may still name a payload "by reference" (byRef, no data, no object):
+// older releases parked large records so, and the payload then lives only in the stream. Decode
+// reads them so redrive can re-read such a record while the stream retains it; nothing writes
+// them any more.
 package park
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
-// Version is the message format version written in every message ("v").
-const Version = 1
+// Version is the message format version written in every message ("v"). Version 2 added
+// parkId and payloadS3; Decode still reads version 1.
+const Version = 2
 
-// DefaultMaxMessageBytes is the largest message this package sends by default: 256 KiB, the SQS
-// limit for years and still the MaximumMessageSize of queues created before SQS raised its
-// ceiling to 1 MiB (SendMessage API reference: "The maximum size is 1 MiB or 1,048,576 bytes").
-// Queues configured for more may raise it with WithMaxMessageBytes.
-const DefaultMaxMessageBytes = 256 * 1024
+// DefaultMaxMessageBytes is the largest message (body plus attributes) sent with the payload
+// inline: 1 MiB, the SQS ceiling (SendMessage API reference: "The maximum size is 1 MiB or
+// 1,048,576 bytes") and the MaximumMessageSize template.yaml gives the parked queue. A queue
+// configured for less needs WithMaxMessageBytes. fauxqs 1.9.2 and moto 5 default to the same
+// 1,048,576 bytes and count the size like SQS (body plus each attribute's name, type and value).
+const DefaultMaxMessageBytes = 1024 * 1024
 
 // Message attribute names set on every parked message, so consumers of the queue can filter
 // without decoding the body.
 const (
 	AttrRecordID = "gapless.recordId"
 	AttrGroup    = "gapless.group"
-	AttrByRef    = "gapless.byRef"
+	// AttrPayload says where the payload is: PayloadInline or PayloadS3.
+	AttrPayload = "gapless.payload"
+)
+
+// AttrPayload values.
+const (
+	PayloadInline = "inline"
+	PayloadInS3   = "s3"
 )
 
 // Errors.
 var (
 	// ErrInvalid: the message lacks what a parked record must carry.
 	ErrInvalid = errors.New("park: invalid message")
-	// ErrTooLarge: even the by-reference message (no payload) exceeds the size limit, e.g. a
-	// huge last-error text was not truncated by the caller (Park truncates it; see maxErrorBytes).
+	// ErrTooLarge: the payload does not fit in a message and no payload bucket is configured, or
+	// even the message naming the object exceeds the limit (Park truncates the last error, see
+	// maxErrorBytes, so only an absurdly small limit does that). The record is NOT parked.
 	ErrTooLarge = errors.New("park: message too large")
+	// ErrPayload: a payload stored in S3 cannot be read back, or is not the one parked.
+	ErrPayload = errors.New("park: payload object missing or altered")
+	// ErrByRef: a version-1 message parked by reference; its payload is only in the stream.
+	ErrByRef = errors.New("park: parked by reference by an older release: the payload is only in the stream")
 )
+
+// Pointer names the S3 object holding a payload.
+type Pointer struct {
+	Bucket string `json:"s3BucketName"`
+	Key    string `json:"s3Key"`
+}
 
 // Message is one parked record, the JSON body of its SQS message.
 type Message struct {
@@ -69,12 +108,16 @@ type Message struct {
 	LastError    string    `json:"lastError"`
 	Source       string    `json:"source"` // consumer | reconciler | redrive
 	ParkedAt     time.Time `json:"parkedAt"`
-	// Data is the payload (base64 in JSON). Empty when ByRef.
+	// ParkID is unique to this park (16 hex digits): two parks of one record are two messages.
+	ParkID string `json:"parkId,omitempty"`
+	// Data is the payload (base64 in JSON). Empty when PayloadS3 names it (or ByRef).
 	Data []byte `json:"data"`
-	// ByRef: the payload was too large to park; re-read it from the stream by RecordID.
-	ByRef bool `json:"byRef"`
-	// DataBytes and DataSHA256 describe the payload in both cases, so a by-reference record can
-	// be checked when re-read and a redrive can verify what it sends.
+	// PayloadS3 names the object holding the payload when it did not fit in the message.
+	PayloadS3 *Pointer `json:"payloadS3,omitempty"`
+	// ByRef (version 1 only): parked without the payload; re-read it from the stream by RecordID.
+	ByRef bool `json:"byRef,omitempty"`
+	// DataBytes and DataSHA256 describe the payload wherever it is, so what is read back from S3
+	// (or the stream) is checked before a redrive sends it.
 	DataBytes  int    `json:"dataBytes"`
 	DataSHA256 string `json:"dataSha256"`
 }
@@ -93,8 +136,9 @@ type Record struct {
 
 // Result says how a record was parked.
 type Result struct {
-	ByRef     bool
 	MessageID string
+	// PayloadS3 names the object holding the payload; nil when the message carries it.
+	PayloadS3 *Pointer
 }
 
 type sqsAPI interface {
@@ -103,27 +147,51 @@ type sqsAPI interface {
 
 var _ sqsAPI = (*sqs.Client)(nil)
 
+// PutObjectAPI is the S3 call Park makes for a payload too large for a message.
+type PutObjectAPI interface {
+	PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+}
+
+// GetObjectAPI is the S3 call Message.Payload makes to read a payload back.
+type GetObjectAPI interface {
+	GetObject(context.Context, *s3.GetObjectInput, ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+}
+
+var (
+	_ PutObjectAPI = (*s3.Client)(nil)
+	_ GetObjectAPI = (*s3.Client)(nil)
+)
+
 // Parker sends parked-record messages to one queue.
 type Parker struct {
 	client   sqsAPI
 	queueURL string
 	maxBytes int
+	s3       PutObjectAPI
+	bucket   string
 	now      func() time.Time
+	nonce    func() string
 }
 
 // Option configures a Parker.
 type Option func(*Parker)
 
 // WithMaxMessageBytes sets the largest message (body plus attributes) Park sends with the
-// payload; larger records are parked by reference.
+// payload inline; larger payloads go to the payload bucket.
 func WithMaxMessageBytes(n int) Option { return func(p *Parker) { p.maxBytes = n } }
+
+// WithPayloadBucket stores payloads too large for a message in bucket (PAYLOAD_BUCKET) through
+// client. Without it such a record cannot be parked (ErrTooLarge).
+func WithPayloadBucket(client PutObjectAPI, bucket string) Option {
+	return func(p *Parker) { p.s3, p.bucket = client, bucket }
+}
 
 // WithClock replaces time.Now for parkedAt (tests).
 func WithClock(now func() time.Time) Option { return func(p *Parker) { p.now = now } }
 
 // New returns a Parker sending to queueURL (PARKED_QUEUE_URL).
 func New(client sqsAPI, queueURL string, opts ...Option) *Parker {
-	p := &Parker{client: client, queueURL: queueURL, maxBytes: DefaultMaxMessageBytes, now: time.Now}
+	p := &Parker{client: client, queueURL: queueURL, maxBytes: DefaultMaxMessageBytes, now: time.Now, nonce: newParkID}
 	for _, o := range opts {
 		o(p)
 	}
@@ -133,8 +201,13 @@ func New(client sqsAPI, queueURL string, opts ...Option) *Parker {
 // maxErrorBytes bounds the last-error text kept in a message.
 const maxErrorBytes = 4096
 
-// Park sends one message for r: with the payload when it fits in the size limit, by reference
-// otherwise. An error means the record is NOT parked (the caller keeps it failed).
+// KeyPrefix starts the key of every parked payload object.
+const KeyPrefix = "parked/"
+
+// Park sends one message for r: with the payload when it fits in the size limit, naming an S3
+// object holding it otherwise (written first). An error means the record is NOT parked (the
+// caller keeps it failed); an object written before a failed send is left to the bucket's
+// lifecycle.
 func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 	if err := r.ID.Validate(); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -150,7 +223,7 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 		Version: Version, RecordID: r.ID.String(), Group: r.Shard.Group, Stream: r.Shard.Stream,
 		ShardID: r.ID.ShardID, Seq: r.ID.Seq, Sub: r.ID.Sub, PartitionKey: r.PartitionKey,
 		ArrivalTime: r.ArrivalTime.UTC(), Attempts: r.Attempts, LastError: truncate(r.LastError, maxErrorBytes),
-		Source: r.Source, ParkedAt: p.now().UTC(), Data: r.Data,
+		Source: r.Source, ParkedAt: p.now().UTC(), ParkID: p.nonce(), Data: r.Data,
 		DataBytes: len(r.Data), DataSHA256: hex.EncodeToString(sum[:]),
 	}
 	if m.Data == nil {
@@ -161,7 +234,19 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 		return Result{}, err
 	}
 	if size > p.maxBytes {
-		m.Data, m.ByRef = nil, true
+		if p.s3 == nil || p.bucket == "" {
+			return Result{}, fmt.Errorf("%w: record %s: %d bytes with its payload, limit %d, and no payload bucket to hold it", ErrTooLarge, m.RecordID, size, p.maxBytes)
+		}
+		ptr := &Pointer{Bucket: p.bucket, Key: ObjectKey(m)}
+		_, err := p.s3.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String(ptr.Bucket), Key: aws.String(ptr.Key), Body: bytes.NewReader(r.Data),
+			ContentLength: aws.Int64(int64(len(r.Data))), ContentType: aws.String("application/octet-stream"),
+			Metadata: map[string]string{"record-id": m.RecordID, "sha256": m.DataSHA256},
+		})
+		if err != nil {
+			return Result{}, fmt.Errorf("park: store payload of record %s in s3://%s/%s: %w", m.RecordID, ptr.Bucket, ptr.Key, err)
+		}
+		m.Data, m.PayloadS3 = []byte{}, ptr
 		if in, size, err = p.input(m); err != nil {
 			return Result{}, err
 		}
@@ -173,7 +258,19 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("park: send record %s to %s: %w", m.RecordID, p.queueURL, err)
 	}
-	return Result{ByRef: m.ByRef, MessageID: aws.ToString(out.MessageId)}, nil
+	return Result{MessageID: aws.ToString(out.MessageId), PayloadS3: m.PayloadS3}, nil
+}
+
+// ObjectKey is the S3 key of m's payload: parked/<group>/<stream>/<shard>/<seq>-<sub>/<parkId>,
+// readable in a bucket listing and unique per park.
+func ObjectKey(m Message) string {
+	return fmt.Sprintf("%s%s/%s/%s/%s-%d/%s", KeyPrefix, m.Group, m.Stream, m.ShardID, m.Seq, m.Sub, m.ParkID)
+}
+
+func newParkID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
 }
 
 // input builds the SendMessage request for m and its size as SQS counts it (body plus each
@@ -183,10 +280,14 @@ func (p *Parker) input(m Message) (*sqs.SendMessageInput, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("park: encode record %s: %w", m.RecordID, err)
 	}
+	where := PayloadInline
+	if m.PayloadS3 != nil {
+		where = PayloadInS3
+	}
 	attrs := map[string]sqstypes.MessageAttributeValue{
 		AttrRecordID: {DataType: aws.String("String"), StringValue: aws.String(m.RecordID)},
 		AttrGroup:    {DataType: aws.String("String"), StringValue: aws.String(m.Group)},
-		AttrByRef:    {DataType: aws.String("String"), StringValue: aws.String(fmt.Sprint(m.ByRef))},
+		AttrPayload:  {DataType: aws.String("String"), StringValue: aws.String(where)},
 	}
 	size := len(body)
 	for k, v := range attrs {
@@ -194,23 +295,34 @@ func (p *Parker) input(m Message) (*sqs.SendMessageInput, int, error) {
 	}
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(p.queueURL), MessageBody: aws.String(string(body)), MessageAttributes: attrs}
 	if isFIFO(p.queueURL) {
-		// A FIFO parked queue: one group per shard keeps a shard's parked records in order, and the
-		// record id deduplicates a park retried after a lost response.
+		// A FIFO parked queue: one group per shard keeps a shard's parked records in order. The
+		// deduplication id is the record id AND this park's id: the SDK's retry of this very
+		// request (same input) after a lost response is deduplicated, while a second park of the
+		// record (redrive parking it again within the 5-minute window) is a new message. With the
+		// record id alone SQS would accept that second send and drop it, and redrive would then
+		// delete the only message left (docs/reconciler.md, redrive).
 		in.MessageGroupId = aws.String(hashIfLong(m.Group + ":" + m.Stream + ":" + m.ShardID))
-		in.MessageDeduplicationId = aws.String(hashIfLong(m.RecordID))
+		in.MessageDeduplicationId = aws.String(hashIfLong(m.RecordID + "/" + m.ParkID))
 	}
 	return in, size, nil
 }
 
-// Decode parses a parked message body (for redrive and tools). The payload is verified against
-// DataSHA256 unless the record was parked by reference.
+// Decode parses a parked message body (for redrive and tools), version 2 or 1. An inline
+// payload is verified against DataSHA256 here; one in S3 when Payload reads it.
 func Decode(body string) (Message, error) {
 	var m Message
 	if err := json.Unmarshal([]byte(body), &m); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if m.Version != Version {
-		return Message{}, fmt.Errorf("%w: version %d, want %d", ErrInvalid, m.Version, Version)
+	switch {
+	case m.Version != 1 && m.Version != Version:
+		return Message{}, fmt.Errorf("%w: version %d, want 1 or %d", ErrInvalid, m.Version, Version)
+	case m.Version == Version && m.ByRef:
+		return Message{}, fmt.Errorf("%w: version %d has no by-reference messages", ErrInvalid, m.Version)
+	case m.Version == 1 && m.PayloadS3 != nil:
+		return Message{}, fmt.Errorf("%w: version 1 has no payload objects", ErrInvalid)
+	case m.PayloadS3 != nil && (m.PayloadS3.Bucket == "" || m.PayloadS3.Key == "" || len(m.Data) != 0):
+		return Message{}, fmt.Errorf("%w: record %s: payload object %+v with %d inline bytes", ErrInvalid, m.RecordID, *m.PayloadS3, len(m.Data))
 	}
 	id, err := recordid.Parse(m.RecordID)
 	if err != nil {
@@ -219,13 +331,45 @@ func Decode(body string) (Message, error) {
 	if id.ShardID != m.ShardID || id.Seq != m.Seq || id.Sub != m.Sub {
 		return Message{}, fmt.Errorf("%w: record id %s disagrees with shard/sequence fields", ErrInvalid, m.RecordID)
 	}
-	if !m.ByRef {
-		sum := sha256.Sum256(m.Data)
-		if hex.EncodeToString(sum[:]) != m.DataSHA256 || len(m.Data) != m.DataBytes {
+	if !m.ByRef && m.PayloadS3 == nil {
+		if !matches(m.Data, m) {
 			return Message{}, fmt.Errorf("%w: record %s: payload does not match its checksum", ErrInvalid, m.RecordID)
 		}
 	}
 	return m, nil
+}
+
+// Payload returns the parked payload: the inline data, or the object PayloadS3 names read
+// through client and checked against DataBytes and DataSHA256 (ErrPayload when it is missing or
+// differs). A version-1 by-reference message returns ErrByRef: re-read the record from the stream.
+func (m Message) Payload(ctx context.Context, client GetObjectAPI) ([]byte, error) {
+	switch {
+	case m.ByRef:
+		return nil, fmt.Errorf("%w: record %s", ErrByRef, m.RecordID)
+	case m.PayloadS3 == nil:
+		return m.Data, nil
+	case client == nil:
+		return nil, fmt.Errorf("%w: record %s: its payload is in s3://%s/%s and no S3 client was given", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key)
+	}
+	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(m.PayloadS3.Bucket), Key: aws.String(m.PayloadS3.Key)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: record %s: get s3://%s/%s: %w", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, err)
+	}
+	defer out.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(out.Body, int64(m.DataBytes)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: record %s: read s3://%s/%s: %w", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, err)
+	}
+	if !matches(data, m) {
+		return nil, fmt.Errorf("%w: record %s: s3://%s/%s holds %d bytes that do not match the parked length %d and SHA-256",
+			ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, len(data), m.DataBytes)
+	}
+	return data, nil
+}
+
+func matches(data []byte, m Message) bool {
+	sum := sha256.Sum256(data)
+	return len(data) == m.DataBytes && hex.EncodeToString(sum[:]) == m.DataSHA256
 }
 
 // ID returns the record id of a decoded message.

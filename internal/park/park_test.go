@@ -3,13 +3,16 @@ package park
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/localstack"
@@ -38,26 +41,38 @@ func record(data []byte) Record {
 	}
 }
 
+type putFunc func(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+
+func (f putFunc) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	return f(ctx, in, o...)
+}
+
 func TestParkUnit(t *testing.T) {
 	big := bytes.Repeat([]byte{0xff, 0x00, 'x'}, 2000) // 6000 bytes, 8000 in base64
 	for _, tc := range []struct {
-		name      string
-		queue     string
-		max       int
-		data      []byte
-		sendErr   error
-		wantErr   error
-		wantByRef bool
+		name    string
+		queue   string
+		max     int
+		bucket  string
+		data    []byte
+		sendErr error
+		putErr  error
+		wantErr error
+		wantS3  bool
 	}{
 		{name: "payload fits", queue: "https://q/parked", max: 64 * 1024, data: big},
-		{name: "too large parks by reference", queue: "https://q/parked", max: 4096, data: big, wantByRef: true},
+		{name: "too large goes to the payload bucket", queue: "https://q/parked", max: 4096, bucket: "b", data: big, wantS3: true},
+		{name: "too large without a bucket is not parked", queue: "https://q/parked", max: 4096, data: big, wantErr: ErrTooLarge},
+		{name: "payload bucket unavailable: not parked", queue: "https://q/parked", max: 4096, bucket: "b", data: big, putErr: errors.New("AccessDenied"), wantErr: errors.New("")},
 		{name: "empty payload", queue: "https://q/parked", max: 4096, data: nil},
 		{name: "fifo queue", queue: "https://q/parked.fifo", max: 64 * 1024, data: []byte("hi")},
 		{name: "send error means not parked", queue: "https://q/parked", max: 4096, data: []byte("x"), sendErr: errors.New("throttled"), wantErr: errors.New("")},
-		{name: "limit too small even without payload", queue: "https://q/parked", max: 100, data: big, wantErr: ErrTooLarge},
+		{name: "limit too small even without payload", queue: "https://q/parked", max: 100, bucket: "b", data: big, wantErr: ErrTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var sent *sqs.SendMessageInput
+			var put *s3.PutObjectInput
+			var putData []byte
 			fake := sendFunc(func(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
 				sent = in
 				if tc.sendErr != nil {
@@ -65,12 +80,27 @@ func TestParkUnit(t *testing.T) {
 				}
 				return &sqs.SendMessageOutput{MessageId: aws.String("m-1")}, nil
 			})
-			p := New(fake, tc.queue, WithMaxMessageBytes(tc.max), WithClock(func() time.Time { return at.Add(time.Hour) }))
+			store := putFunc(func(_ context.Context, in *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+				put = in
+				putData, _ = io.ReadAll(in.Body)
+				if tc.putErr != nil {
+					return nil, tc.putErr
+				}
+				return &s3.PutObjectOutput{}, nil
+			})
+			opts := []Option{WithMaxMessageBytes(tc.max), WithClock(func() time.Time { return at.Add(time.Hour) })}
+			if tc.bucket != "" {
+				opts = append(opts, WithPayloadBucket(store, tc.bucket))
+			}
+			p := New(fake, tc.queue, opts...)
 			res, err := p.Park(context.Background(), record(tc.data))
 			switch {
-			case tc.wantErr != nil && tc.sendErr != nil:
-				if !errors.Is(err, tc.sendErr) {
+			case tc.wantErr != nil && (tc.sendErr != nil || tc.putErr != nil):
+				if !errors.Is(err, tc.sendErr) && !errors.Is(err, tc.putErr) {
 					t.Fatalf("err = %v, want wrapping %v", err, tc.sendErr)
+				}
+				if tc.putErr != nil && sent != nil {
+					t.Fatal("sent a message naming an object that was not stored")
 				}
 				return
 			case tc.wantErr != nil:
@@ -84,8 +114,8 @@ func TestParkUnit(t *testing.T) {
 			case err != nil:
 				t.Fatal(err)
 			}
-			if res.ByRef != tc.wantByRef || res.MessageID != "m-1" {
-				t.Fatalf("result = %+v, want byRef %v", res, tc.wantByRef)
+			if (res.PayloadS3 != nil) != tc.wantS3 || res.MessageID != "m-1" {
+				t.Fatalf("result = %+v, want payload in S3 %v", res, tc.wantS3)
 			}
 			if n := len(aws.ToString(sent.MessageBody)); n > tc.max {
 				t.Errorf("body %d bytes > limit %d", n, tc.max)
@@ -95,30 +125,63 @@ func TestParkUnit(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := record(tc.data)
-			if m.ByRef != tc.wantByRef || m.RecordID != want.ID.String() || m.Seq != want.ID.Seq || m.Sub != 2 ||
+			if m.RecordID != want.ID.String() || m.Seq != want.ID.Seq || m.Sub != 2 || m.Version != Version || len(m.ParkID) != 16 ||
 				m.ShardID != shard.ShardID || m.Group != "g1" || m.Stream != "orders" || m.PartitionKey != "customer-7" ||
 				!m.ArrivalTime.Equal(at) || m.Attempts != 5 || m.LastError != "boom" || m.Source != "consumer" ||
-				!m.ParkedAt.Equal(at.Add(time.Hour)) || m.DataBytes != len(tc.data) {
+				!m.ParkedAt.Equal(at.Add(time.Hour)) || m.DataBytes != len(tc.data) || m.ByRef {
 				t.Errorf("decoded message = %+v", m)
 			}
-			if tc.wantByRef {
-				if len(m.Data) != 0 {
-					t.Error("by-reference message carries data")
+			where := aws.ToString(sent.MessageAttributes[AttrPayload].StringValue)
+			if tc.wantS3 {
+				if len(m.Data) != 0 || m.PayloadS3 == nil || *m.PayloadS3 != *res.PayloadS3 || where != PayloadInS3 {
+					t.Errorf("message %+v (attribute %q) does not name the object %+v alone", m, where, res.PayloadS3)
 				}
-			} else if !bytes.Equal(m.Data, tc.data) {
-				t.Error("payload changed")
+				if aws.ToString(put.Bucket) != "b" || aws.ToString(put.Key) != m.PayloadS3.Key || !bytes.Equal(putData, tc.data) ||
+					!strings.HasPrefix(m.PayloadS3.Key, KeyPrefix+"g1/orders/"+shard.ShardID+"/"+want.ID.Seq+"-2/") {
+					t.Errorf("stored s3://%s/%s (%d bytes), message names %+v", aws.ToString(put.Bucket), aws.ToString(put.Key), len(putData), m.PayloadS3)
+				}
+			} else {
+				if !bytes.Equal(m.Data, tc.data) || m.PayloadS3 != nil || where != PayloadInline {
+					t.Errorf("payload changed or not inline (attribute %q)", where)
+				}
+				if put != nil {
+					t.Error("stored an object for a payload that fits")
+				}
 			}
 			if got := aws.ToString(sent.MessageAttributes[AttrRecordID].StringValue); got != want.ID.String() {
 				t.Errorf("record id attribute = %q", got)
 			}
 			if strings.HasSuffix(tc.queue, ".fifo") {
-				if aws.ToString(sent.MessageDeduplicationId) != want.ID.String() || aws.ToString(sent.MessageGroupId) == "" {
+				if aws.ToString(sent.MessageDeduplicationId) != want.ID.String()+"/"+m.ParkID || aws.ToString(sent.MessageGroupId) == "" {
 					t.Errorf("fifo ids: group %q dedup %q", aws.ToString(sent.MessageGroupId), aws.ToString(sent.MessageDeduplicationId))
 				}
 			} else if sent.MessageGroupId != nil {
 				t.Error("group id on a standard queue")
 			}
 		})
+	}
+}
+
+// TestEveryParkIsADistinctMessage: two parks of one record differ in deduplication id and
+// object key (issue 11 item 8), so a FIFO queue keeps both.
+func TestEveryParkIsADistinctMessage(t *testing.T) {
+	var dedup, keys []string
+	fake := sendFunc(func(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+		dedup = append(dedup, aws.ToString(in.MessageDeduplicationId))
+		return &sqs.SendMessageOutput{MessageId: aws.String("m")}, nil
+	})
+	store := putFunc(func(_ context.Context, in *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+		keys = append(keys, aws.ToString(in.Key))
+		return &s3.PutObjectOutput{}, nil
+	})
+	p := New(fake, "https://q/parked.fifo", WithMaxMessageBytes(2048), WithPayloadBucket(store, "b"))
+	for range 2 {
+		if _, err := p.Park(context.Background(), record(bytes.Repeat([]byte("x"), 4096))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(dedup) != 2 || dedup[0] == dedup[1] || len(keys) != 2 || keys[0] == keys[1] {
+		t.Fatalf("dedup ids %q, keys %q: want two distinct messages and objects", dedup, keys)
 	}
 }
 
@@ -151,7 +214,11 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	for name, body := range map[string]string{
 		"not json":         `{`,
-		"wrong version":    strings.Replace(good, `"v":1`, `"v":2`, 1),
+		"wrong version":    strings.Replace(good, `"v":1`, `"v":3`, 1),
+		"v2 by reference":  strings.Replace(good, `"v":1`, `"v":2,"byRef":true`, 1),
+		"v1 with object":   strings.Replace(good, `"v":1`, `"v":1,"payloadS3":{"s3BucketName":"b","s3Key":"k"}`, 1),
+		"object and data":  `{"v":2,"payloadS3":{"s3BucketName":"b","s3Key":"k"},` + good[len(`{"v":1,`):],
+		"object no key":    `{"v":2,"recordId":"shardId-1:5:0","shardId":"shardId-1","sequenceNumber":"5","data":"","payloadS3":{"s3BucketName":"b"}}`,
 		"bad id":           strings.Replace(good, `"shardId-1:5:0"`, `"nope"`, 1),
 		"id disagrees":     strings.Replace(good, `"sequenceNumber":"5"`, `"sequenceNumber":"6"`, 1),
 		"payload tampered": strings.Replace(good, `"aGk="`, `"aGo="`, 1),
@@ -175,26 +242,40 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 	}
 }
 
-// TestParkOnSQS sends to a real queue (fauxqs or moto) and reads the message back: the payload
-// is byte-for-byte the record's, including bytes that are not valid UTF-8.
+// TestParkOnSQS sends to a real queue and bucket (fauxqs or moto, S3 on the same port) and reads
+// every message back: the payload is byte-for-byte the record's, inline when it fits (bytes that
+// are not valid UTF-8 included) and from the payload bucket when it does not: ~200 KB (inline at
+// the 1 MiB default), ~1 MiB (a full Kinesis record) and a few MiB (a stream whose maximum
+// record size was raised, up to 10 MiB). Issue 11 item 7: such records were parked "by
+// reference", without their payload; after the stream's retention it existed nowhere.
 func TestParkOnSQS(t *testing.T) {
 	ctx := context.Background()
-	client := stacktest.SQS(t)
+	client, objects := stacktest.SQS(t), stacktest.S3(t)
+	bucket := stacktest.Bucket(t)
+	sizes := map[string]int{"binary": 3, "200KB": 200 * 1000, "1MiB": 1 << 20, "3MiB": 3 << 20}
 	for _, fifo := range []bool{false, true} {
 		t.Run(map[bool]string{false: "standard", true: "fifo"}[fifo], func(t *testing.T) {
 			url := stacktest.Queue(t, "parked", fifo)
-			p := New(client, url, WithMaxMessageBytes(8192))
-			small := append([]byte{0x00, 0xff, 0xfe}, "payload ✓"...)
-			large := bytes.Repeat([]byte{0x80}, 9000)
-			for i, data := range [][]byte{small, large} {
+			p := New(client, url, WithPayloadBucket(objects, bucket))
+			want := map[string][]byte{}
+			i := 0
+			for name, n := range sizes {
+				data := make([]byte, n)
+				_, _ = rand.Read(data)
 				r := record(data)
-				r.ID.Seq += string(rune('0' + i)) // distinct ids: a FIFO queue deduplicates by record id
-				if _, err := p.Park(ctx, r); err != nil {
-					t.Fatal(err)
+				r.ID.Seq += string(rune('0' + i)) // distinct records
+				i++
+				res, err := p.Park(ctx, r)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
 				}
+				if wantS3 := n > 700*1000; (res.PayloadS3 != nil) != wantS3 {
+					t.Errorf("%s: payload in S3 %v, want %v", name, res.PayloadS3 != nil, wantS3)
+				}
+				want[r.ID.String()] = data
 			}
-			var got []Message
-			for deadline := time.Now().Add(20 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
+			got := map[string]bool{}
+			for deadline := time.Now().Add(30 * time.Second); len(got) < len(want) && time.Now().Before(deadline); {
 				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
 					MessageAttributeNames: []string{"All"},
@@ -210,28 +291,65 @@ func TestParkOnSQS(t *testing.T) {
 					if aws.ToString(msg.MessageAttributes[AttrRecordID].StringValue) != m.RecordID {
 						t.Errorf("attribute %s missing or wrong", AttrRecordID)
 					}
-					got = append(got, m)
+					data, err := m.Payload(ctx, objects)
+					if err != nil {
+						t.Fatalf("record %s: %v", m.RecordID, err)
+					}
+					if !bytes.Equal(data, want[m.RecordID]) {
+						t.Errorf("record %s: payload of %d bytes read back, want %d", m.RecordID, len(data), len(want[m.RecordID]))
+					}
+					got[m.RecordID] = true
 					// A FIFO group releases its next message only after this one is deleted.
 					if _, err := client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: msg.ReceiptHandle}); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			if len(got) != 2 {
-				t.Fatalf("received %d messages, want 2", len(got))
-			}
-			var sawSmall, sawRef bool
-			for _, m := range got {
-				switch {
-				case m.ByRef:
-					sawRef = m.DataBytes == len(large) && len(m.Data) == 0
-				default:
-					sawSmall = bytes.Equal(m.Data, small)
-				}
-			}
-			if !sawSmall || !sawRef {
-				t.Errorf("small payload intact: %v; large parked by reference: %v", sawSmall, sawRef)
+			if len(got) != len(want) {
+				t.Fatalf("received %d messages, want %d", len(got), len(want))
 			}
 		})
+	}
+}
+
+// TestPayloadDetectsAlteredOrMissingObjects: an object replaced or deleted behind a message is
+// an error (ErrPayload), never a different payload.
+func TestPayloadDetectsAlteredOrMissingObjects(t *testing.T) {
+	ctx := context.Background()
+	client, objects := stacktest.SQS(t), stacktest.S3(t)
+	bucket := stacktest.Bucket(t)
+	url := stacktest.Queue(t, "parked", false)
+	var sent *sqs.SendMessageInput
+	capture := sendFunc(func(ctx context.Context, in *sqs.SendMessageInput, o ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+		sent = in
+		return client.SendMessage(ctx, in, o...)
+	})
+	res, err := New(capture, url, WithMaxMessageBytes(2048), WithPayloadBucket(objects, bucket)).Park(ctx, record(bytes.Repeat([]byte("p"), 5000)))
+	if err != nil || res.PayloadS3 == nil {
+		t.Fatalf("park: %+v %v", res, err)
+	}
+	m, err := Decode(aws.ToString(sent.MessageBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := m.Payload(ctx, objects); err != nil || len(data) != 5000 {
+		t.Fatalf("intact object: %d bytes, %v", len(data), err)
+	}
+	if _, err := objects.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(res.PayloadS3.Key),
+		Body: strings.NewReader(strings.Repeat("q", 5000))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Payload(ctx, objects); !errors.Is(err, ErrPayload) {
+		t.Errorf("altered object: err = %v, want ErrPayload", err)
+	}
+	if _, err := objects.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(res.PayloadS3.Key)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Payload(ctx, objects); !errors.Is(err, ErrPayload) {
+		t.Errorf("missing object: err = %v, want ErrPayload", err)
+	}
+	legacy := Message{Version: 1, ByRef: true, RecordID: m.RecordID}
+	if _, err := legacy.Payload(ctx, objects); !errors.Is(err, ErrByRef) {
+		t.Errorf("by-reference message: err = %v, want ErrByRef", err)
 	}
 }

@@ -964,10 +964,6 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	case perr != nil:
 		log.ErrorContext(ctx, "record failed and could not be parked: left failed", append(attrs, "park_error", perr.Error())...)
 		o.status, o.parkErr = statusFailed, true
-	case pr.ByRef:
-		log.ErrorContext(ctx, "record parked BY REFERENCE: payload too large for the parked queue; re-read it from the stream before retention expires",
-			append(attrs, "bytes", len(rec.Data), "message_id", pr.MessageID)...)
-		o.status, o.byRef = statusParked, true
 	default:
 		log.WarnContext(ctx, "record parked", append(attrs, "message_id", pr.MessageID)...)
 		o.status = statusParked

@@ -454,7 +454,6 @@ func TestAttemptsAndParking(t *testing.T) {
 		name       string
 		prior      int // failed attempts already in the ledger for record 2
 		decodeErr  bool
-		parkerMax  int
 		parkErr    bool
 		wantParked bool
 		wantByRef  bool
@@ -463,7 +462,6 @@ func TestAttemptsAndParking(t *testing.T) {
 		{name: "one below max: still failed", prior: 1},
 		{name: "reaches max: parked with payload, key continues", prior: 2, wantParked: true},
 		{name: "already past max: parked", prior: 7, wantParked: true},
-		{name: "too large: parked by reference", prior: 2, parkerMax: 4, wantParked: true, wantByRef: true},
 		{name: "park error: stays failed", prior: 2, parkErr: true},
 		{name: "decode error counts as attempt", prior: 0, decodeErr: true},
 		{name: "decode error parked at max", prior: 2, decodeErr: true, wantParked: true},
@@ -471,7 +469,6 @@ func TestAttemptsAndParking(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv()
 			ctx := context.Background()
-			e.parker.MaxBytes = tc.parkerMax
 			if tc.parkErr {
 				e.parker.Fail = func(park.Record) error { return errors.New("sqs down") }
 			}

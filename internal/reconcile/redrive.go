@@ -37,9 +37,17 @@ import (
 // budget is spent; then the pipeline parks it again, under the same rules as the consumer: a
 // new parked message (source redrive, attempts counted from the redrive) replaces the old one.
 // The old SQS message is deleted only once the record is processed, found already processed,
-// or parked again; in every other case (ledger or SQS unavailable, by-reference payload no
-// longer in the stream) it stays in the queue and becomes visible again after the visibility
-// timeout: a redriven record is never dropped.
+// or parked again — that is, after pipeline.Run returned, so after the new park's SendMessage
+// was accepted: every park is a distinct message (park's parkId), so on a FIFO parked queue too
+// an accepted send is a message in the queue, never a duplicate SQS dropped. In every other case
+// (ledger, SQS or S3 unavailable, payload object missing or altered, version-1 by-reference
+// payload no longer in the stream) the message stays in the queue and becomes visible again
+// after the visibility timeout: a redriven record is never dropped.
+//
+// A payload parked in the payload bucket (park.Message.PayloadS3) is read back through the S3
+// client given with WithRedrivePayloads and checked against the parked length and SHA-256. The
+// object itself is never deleted here: the message may come back (delete failed, visibility
+// expired), and the bucket's lifecycle outlives the queue's retention.
 
 // RedriveLedger wraps the ledger for a redrive pipeline (see the comment above). It is safe for
 // concurrent use; one instance should serve one redrive session.
@@ -151,7 +159,8 @@ type RedriveReport struct {
 	DeleteFailures                                                       int
 }
 
-// ErrPayloadGone: a record parked by reference is no longer in the stream.
+// ErrPayloadGone: a record parked by reference (by a release before payloads went to S3) is no
+// longer in the stream.
 var ErrPayloadGone = errors.New("reconcile: parked-by-reference payload no longer in the stream")
 
 // Redriver moves parked records back through a pipeline.
@@ -159,6 +168,7 @@ type Redriver struct {
 	q        parkedQueueAPI
 	url      string
 	kin      kinesisAPI
+	objects  park.GetObjectAPI
 	p        Replayer
 	cfg      RedriveConfig
 	log      *slog.Logger
@@ -172,13 +182,19 @@ type RedriveOption func(*Redriver)
 // WithRedriveLogger sets the logger (default slog.Default()).
 func WithRedriveLogger(l *slog.Logger) RedriveOption { return func(d *Redriver) { d.log = l } }
 
+// WithRedrivePayloads reads payloads parked in S3 through client (required for such messages;
+// without it they are left in the queue).
+func WithRedrivePayloads(client park.GetObjectAPI) RedriveOption {
+	return func(d *Redriver) { d.objects = client }
+}
+
 // WithRedriveProgress calls fn after every message.
 func WithRedriveProgress(fn func(RedriveEvent)) RedriveOption {
 	return func(d *Redriver) { d.progress = fn }
 }
 
-// NewRedriver returns a Redriver reading the parked queue at queueURL, re-reading by-reference
-// payloads through kin, and running records through p, a pipeline built over
+// NewRedriver returns a Redriver reading the parked queue at queueURL, re-reading version-1
+// by-reference payloads through kin, and running records through p, a pipeline built over
 // NewRedriveLedger (with the same Process, parker and MaxRecordAttempts as cfg).
 func NewRedriver(q parkedQueueAPI, queueURL string, kin kinesisAPI, p Replayer, cfg RedriveConfig, opts ...RedriveOption) (*Redriver, error) {
 	if q == nil || kin == nil || p == nil || queueURL == "" {
@@ -357,16 +373,18 @@ func failureErr(res pipeline.Result) error {
 	return errors.New("reconcile: record not processed")
 }
 
-// record rebuilds the pipeline record of a parked message; a by-reference record is re-read
+// record rebuilds the pipeline record of a parked message: its payload is inline or in the
+// payload bucket (park.Message.Payload checks it); a version-1 by-reference record is re-read
 // from the stream (AT_SEQUENCE_NUMBER) and checked against the message's length and SHA-256.
 func (d *Redriver) record(ctx context.Context, pm park.Message) (pipeline.Record, error) {
 	id, err := pm.ID()
 	if err != nil {
 		return pipeline.Record{}, err
 	}
-	rec := pipeline.Record{ID: id, PartitionKey: pm.PartitionKey, Data: pm.Data, ArrivalTime: pm.ArrivalTime}
+	rec := pipeline.Record{ID: id, PartitionKey: pm.PartitionKey, ArrivalTime: pm.ArrivalTime}
 	if !pm.ByRef {
-		return rec, nil
+		rec.Data, err = pm.Payload(ctx, d.objects)
+		return rec, err
 	}
 	rd := &shardReader{kin: d.kin, stream: pm.Stream, shardID: pm.ShardID, limit: 1}
 	err = rd.open(ctx, types.ShardIteratorTypeAtSequenceNumber, pm.Seq)

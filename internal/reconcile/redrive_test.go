@@ -62,8 +62,8 @@ func parkedBody(t *testing.T, group string, i int, data []byte, byRef bool) stri
 	m := park.Message{Version: park.Version, RecordID: id.String(), Group: group, Stream: ustream, ShardID: id.ShardID, Seq: id.Seq,
 		PartitionKey: "k", Attempts: 2, LastError: "boom", Source: pipeline.SourceConsumer, ParkedAt: time.Now().Add(-time.Hour),
 		Data: data, DataBytes: len(data), DataSHA256: hex.EncodeToString(sum[:]), ByRef: byRef}
-	if byRef {
-		m.Data = nil
+	if byRef { // only releases before payloads went to S3 wrote these, as version 1
+		m.Data, m.Version = nil, 1
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -123,5 +123,45 @@ func TestRedriveOutcomes(t *testing.T) {
 	}
 	if got := rec.counts()[recordid.ID{ShardID: sh.id, Seq: fakeSeq(2)}]; got != 1 {
 		t.Errorf("by-reference record processed %d times", got)
+	}
+}
+
+// TestRedriveKeepsTheMessageWhenParkingAgainFails: the old message is deleted only after the
+// new park was accepted; a park that fails (SQS or S3 down) leaves the original in the queue.
+func TestRedriveKeepsTheMessageWhenParkingAgainFails(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		parkErr  error
+		outcome  Outcome
+		deleted  []string
+		released []string
+	}{
+		{name: "park accepted: old message deleted", outcome: OutcomeParkedAgain, deleted: []string{"ha"}},
+		{name: "park failed: old message kept", parkErr: errBoom, outcome: OutcomeLeft, released: []string{"ha"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{bodies: []string{parkedBody(t, ugroup, 0, []byte("zero"), false)}}
+			parker := &pipelinetest.Parker{Fail: func(park.Record) error { return tc.parkErr }}
+			failing := func(context.Context, pipeline.Record) error { return errBoom }
+			p, err := pipeline.New(NewRedriveLedger(&pipelinetest.Ledger{}), &pipelinetest.Checkpoint{}, parker, failing, pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var events []RedriveEvent
+			d, err := NewRedriver(q, "https://sqs/parked", newMemKinesis(), p, RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 1, Backoff: time.Millisecond},
+				WithRedriveLogger(discard()), WithRedriveProgress(func(ev RedriveEvent) { events = append(events, ev) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if len(events) != 1 || events[0].Outcome != tc.outcome {
+				t.Fatalf("events %+v, want %s", events, tc.outcome)
+			}
+			if !slices.Equal(q.deleted, tc.deleted) || !slices.Equal(q.released, tc.released) {
+				t.Errorf("deleted %v released %v, want %v %v", q.deleted, q.released, tc.deleted, tc.released)
+			}
+		})
 	}
 }

@@ -1,7 +1,7 @@
-// Package schema is the one place that defines gapless's DynamoDB tables, SQS queues and the
-// Kinesis stream as the code expects them. template.yaml declares the same resources for AWS
-// (a test in the repository root checks the two agree); the local stack, tests and the demo
-// create them from here. Production code never creates tables at runtime.
+// Package schema is the one place that defines gapless's DynamoDB tables, SQS queues, the
+// payload bucket and the Kinesis stream as the code expects them. template.yaml declares the
+// same resources for AWS (a test in the repository root checks the two agree); the local stack,
+// tests and the demo create them from here. Production code never creates tables at runtime.
 package schema
 
 import (
@@ -15,6 +15,8 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
@@ -157,4 +159,33 @@ func EnsureQueue(ctx context.Context, client SQSAPI, q Queue) (string, error) {
 		return "", fmt.Errorf("schema: create queue %s: %w", q.Name, err)
 	}
 	return aws.ToString(out.QueueUrl), nil
+}
+
+// PayloadBucket is the local name of the payload bucket (PAYLOAD_BUCKET): the S3 bucket holding
+// payloads too large for an SQS message, claim-check style — parked records (internal/park) and
+// records the default Process forwards (package process). template.yaml declares it for AWS (its
+// name chosen by CloudFormation); the local stack, tests and the demo create it from here.
+const PayloadBucket = "gapless-payloads"
+
+// PayloadRetentionDays is the payload bucket's lifecycle expiration. It must exceed every queue
+// retention whose messages name an object in it (ParkedRetentionSeconds, 14 days, and the target
+// queue's 14 days), so an object outlives any message that points at it; S3 rounds expiration up
+// to the next midnight UTC, which only lengthens it. deploy/template_test.go checks the template.
+const PayloadRetentionDays = 15
+
+// S3API is the subset of *s3.Client used to create a bucket.
+type S3API interface {
+	CreateBucket(context.Context, *s3.CreateBucketInput, ...func(*s3.Options)) (*s3.CreateBucketOutput, error)
+}
+
+// EnsureBucket creates the bucket unless this account already owns it. Locally only: in AWS the
+// bucket (encryption, public-access block, lifecycle) is template.yaml's PayloadBucket.
+func EnsureBucket(ctx context.Context, client S3API, name string) error {
+	_, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
+	var owned *s3types.BucketAlreadyOwnedByYou
+	var exists *s3types.BucketAlreadyExists
+	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) {
+		return fmt.Errorf("schema: create bucket %s: %w", name, err)
+	}
+	return nil
 }

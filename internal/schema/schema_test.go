@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/localstack"
@@ -74,4 +75,22 @@ func groupID(fifo bool) *string {
 		return aws.String("g")
 	}
 	return nil
+}
+
+// TestEnsureBucketIsIdempotent: the payload bucket on the SQS emulator's S3 (fauxqs or moto).
+func TestEnsureBucketIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	client := stacktest.S3(t)
+	name := stacktest.Name(t, "payloads")
+	for i := 0; i < 2; i++ {
+		if err := schema.EnsureBucket(ctx, client, name); err != nil {
+			t.Fatalf("EnsureBucket (call %d): %v", i+1, err)
+		}
+	}
+	if _, err := client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatal(err)
+	}
+	if schema.PayloadRetentionDays*24*3600 <= schema.ParkedRetentionSeconds {
+		t.Errorf("payload objects (%d days) must outlive parked messages (%ds)", schema.PayloadRetentionDays, schema.ParkedRetentionSeconds)
+	}
 }

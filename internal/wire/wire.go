@@ -1,5 +1,5 @@
 // Package wire builds what both functions share from their typed configuration: the AWS
-// clients, the stores, the logger and the batch pipeline around the business logic (package
+// clients (S3 for the payload bucket among them), the stores, the logger and the batch pipeline around the business logic (package
 // process, wrapped by internal/chaos when GAPLESS_CHAOS is set, which only the demo does). The
 // mains stay thin: load config, call Build, add their own handler, lambda.Start.
 package wire
@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/chaos"
@@ -26,6 +27,18 @@ import (
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/process"
 )
+
+// NewS3 returns the S3 client for the payload bucket. With AWS_ENDPOINT_URL_S3 set (the local
+// stack: fauxqs or moto_server on 127.0.0.1) it addresses buckets path-style, the only style an
+// emulator on a bare host:port can serve; in AWS, virtual-hosted style as the SDK defaults.
+func NewS3(cfg aws.Config, getenv func(string) string) *s3.Client {
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		o.UsePathStyle = getenv("AWS_ENDPOINT_URL_S3") != ""
+		// The emulators send no response checksums; the SDK would print a plain-text DEBUG line
+		// per GetObject into the JSON logs.
+		o.DisableLogOutputChecksumValidationSkipped = true
+	})
+}
 
 // Parts is what Build returns.
 type Parts struct {
@@ -45,7 +58,8 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 		return Parts{}, fmt.Errorf("load AWS configuration: %w", err)
 	}
 	ddb, sqsClient := dynamodb.NewFromConfig(awsCfg), sqs.NewFromConfig(awsCfg)
-	proc, err := chaos.WrapFromEnv(getenv, process.New(sqsClient, cfg.TargetQueueURL))
+	objects := NewS3(awsCfg, getenv)
+	proc, err := chaos.WrapFromEnv(getenv, process.New(sqsClient, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket)))
 	if err != nil {
 		return Parts{}, err
 	}
@@ -54,7 +68,7 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 	p, err := pipeline.New(
 		ledger,
 		pipeline.CheckpointStore{S: cps},
-		park.New(sqsClient, cfg.ParkedQueueURL),
+		park.New(sqsClient, cfg.ParkedQueueURL, park.WithPayloadBucket(objects, cfg.PayloadBucket)),
 		proc,
 		pipeline.Config{
 			MaxRecordAttempts: cfg.MaxRecordAttempts, MaxConcurrency: cfg.MaxConcurrency,

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/gapless-dev/gapless/internal/chaos"
 	"github.com/gapless-dev/gapless/internal/config"
 )
@@ -14,7 +16,7 @@ import (
 func common() config.Common {
 	return config.Common{
 		Group: "g", CheckpointTable: "cp", DedupeTable: "ledger", ParkedQueueURL: "http://127.0.0.1:1/q/parked",
-		TargetQueueURL: "http://127.0.0.1:1/q/target", MaxRecordAttempts: 5, MaxConcurrency: 4, LedgerTTL: config.DefaultLedgerTTL,
+		TargetQueueURL: "http://127.0.0.1:1/q/target", PayloadBucket: "payloads", MaxRecordAttempts: 5, MaxConcurrency: 4, LedgerTTL: config.DefaultLedgerTTL,
 	}
 }
 
@@ -51,5 +53,19 @@ func TestBuild(t *testing.T) {
 				t.Fatalf("incomplete parts: %+v", parts)
 			}
 		})
+	}
+}
+
+func TestNewS3PathStyleOnlyForALocalEndpoint(t *testing.T) {
+	for _, endpoint := range []string{"", "http://127.0.0.1:4566"} {
+		c := NewS3(aws.Config{Region: "us-east-1"}, func(k string) string {
+			if k == "AWS_ENDPOINT_URL_S3" {
+				return endpoint
+			}
+			return ""
+		})
+		if got := c.Options().UsePathStyle; got != (endpoint != "") {
+			t.Errorf("AWS_ENDPOINT_URL_S3=%q: UsePathStyle %v", endpoint, got)
+		}
 	}
 }

@@ -1,6 +1,6 @@
 // Package stacktest gives integration tests a local AWS stack: it reuses endpoints already
-// named by AWS_ENDPOINT_URL_KINESIS / _DYNAMODB / _SQS (as `make test` and `make test-moto` set
-// them) and starts a private emulator on a free loopback port for each one that is not, so
+// named by AWS_ENDPOINT_URL_KINESIS / _DYNAMODB / _SQS / _S3 (as `make test` and `make test-moto`
+// set them; S3 is the SQS emulator's port, fauxqs and moto_server both serve it) and starts a private emulator on a free loopback port for each one that is not, so
 // `go test ./...` works from a clean clone. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(stacktest.Run(m, localstack.DynamoDB)) }
@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/localstack"
@@ -56,6 +57,9 @@ func Run(m *testing.M, services ...localstack.Service) int {
 		if os.Getenv(k) == "" || strings.HasPrefix(k, "AWS_ENDPOINT_URL_") {
 			os.Setenv(k, v)
 		}
+	}
+	if os.Getenv("AWS_ENDPOINT_URL_S3") == "" && os.Getenv("AWS_ENDPOINT_URL_SQS") != "" {
+		os.Setenv("AWS_ENDPOINT_URL_S3", os.Getenv("AWS_ENDPOINT_URL_SQS")) // a stack.env written before S3 was named
 	}
 	for k, v := range map[string]string{"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"} {
 		if os.Getenv(k) == "" {
@@ -97,6 +101,21 @@ func Kinesis(tb testing.TB) *kinesis.Client { return kinesis.NewFromConfig(Confi
 
 // SQS returns an SQS client for the stack.
 func SQS(tb testing.TB) *sqs.Client { return sqs.NewFromConfig(Config(tb)) }
+
+// S3 returns an S3 client for the stack (path-style, as the emulators serve it).
+func S3(tb testing.TB) *s3.Client {
+	return s3.NewFromConfig(Config(tb), func(o *s3.Options) { o.UsePathStyle, o.DisableLogOutputChecksumValidationSkipped = true, true })
+}
+
+// Bucket creates a fresh payload bucket and returns its name.
+func Bucket(tb testing.TB) string {
+	tb.Helper()
+	name := Name(tb, "payloads")
+	if err := schema.EnsureBucket(context.Background(), S3(tb), name); err != nil {
+		tb.Fatalf("stacktest: %v", err)
+	}
+	return name
+}
 
 // Name returns a name unique to this test run, safe for tables, queues and streams.
 func Name(tb testing.TB, prefix string) string {

@@ -256,11 +256,10 @@ func (c *Checkpoint) Get(shard recordid.Shard) string {
 	return c.seqs[shard.String()]
 }
 
-// Parker is an in-memory pipeline.Parker. MaxBytes > 0 parks larger payloads by reference.
+// Parker is an in-memory pipeline.Parker; it keeps every payload, as park.Parker does.
 type Parker struct {
-	mu       sync.Mutex
-	MaxBytes int
-	Parked   []park.Record
+	mu     sync.Mutex
+	Parked []park.Record
 	// Fail, when set, is called before each Park; its error is returned instead.
 	Fail func(r park.Record) error
 }
@@ -276,12 +275,8 @@ func (p *Parker) Park(_ context.Context, r park.Record) (park.Result, error) {
 			return park.Result{}, err
 		}
 	}
-	byRef := p.MaxBytes > 0 && len(r.Data) > p.MaxBytes
-	if byRef {
-		r.Data = nil
-	}
 	p.Parked = append(p.Parked, r)
-	return park.Result{ByRef: byRef, MessageID: fmt.Sprintf("m-%d", len(p.Parked))}, nil
+	return park.Result{MessageID: fmt.Sprintf("m-%d", len(p.Parked))}, nil
 }
 
 // Records returns a copy of what was parked.
