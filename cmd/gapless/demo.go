@@ -47,7 +47,7 @@ workload:
 		printFlags(fs, "max-record-attempts", "settle", "reconcile-every")
 		fmt.Fprint(fs.Output(), "\nfaults (rates are probabilities per record attempt or per request):\n")
 		printFlags(fs, "transient", "panic", "slow", "slow-for", "poison", "ddb-throttle", "ddb-error", "ddb-drop",
-			"sqs-throttle", "sqs-error", "sqs-drop", "split", "kill-reconciler", "race", "no-faults")
+			"sqs-throttle", "sqs-error", "sqs-drop", "split", "kill-reconciler", "race", "expire", "retention", "no-faults")
 		fmt.Fprint(fs.Output(), "\nrun:\n")
 		printFlags(fs, "json", "variants", "baseline", "runtime", "timeout", "reports", "full-report", "backend", "reuse-stack")
 	}

@@ -165,6 +165,8 @@ type memCheckpoints struct {
 	closed []string
 	// advanceErr, when set, fails AdvanceWatermark.
 	advanceErr func(shard recordid.Shard, seq string) error
+	// lossErr, when set, fails AdvanceWatermarkPastLoss.
+	lossErr error
 }
 
 var _ Checkpoints = (*memCheckpoints)(nil)
@@ -231,6 +233,12 @@ func (c *memCheckpoints) AdvanceWatermark(_ context.Context, shard recordid.Shar
 }
 
 func (c *memCheckpoints) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (checkpoint.Result, error) {
+	c.mu.Lock()
+	lossErr := c.lossErr
+	c.mu.Unlock()
+	if lossErr != nil {
+		return checkpoint.Result{}, lossErr
+	}
 	res, err := c.AdvanceWatermark(ctx, shard, seq)
 	if err == nil && res.Advanced {
 		c.mu.Lock()

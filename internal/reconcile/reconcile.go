@@ -479,7 +479,10 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			if verifiedTo != "" {
 				if lost != nil && seqnum.Compare(verifiedTo, lost.to) >= 0 {
 					// The advance that passes the span carries its count (one conditional write).
-					r.advancePastLoss(ctx, shard, verifiedTo, &rep, *lost)
+					// If it failed, no later advance of this run may pass the span uncounted.
+					if !r.advancePastLoss(ctx, shard, verifiedTo, &rep, *lost) {
+						return rep, err
+					}
 					lost = nil
 				} else {
 					r.advance(ctx, shard, verifiedTo, &rep)
@@ -600,20 +603,23 @@ func (r *Reconciler) settleLost(ctx context.Context, shard recordid.Shard, rep *
 		r.lost(ctx, rep, *lost)
 		return
 	}
-	r.advancePastLoss(ctx, shard, bound, rep, *lost)
+	_ = r.advancePastLoss(ctx, shard, bound, rep, *lost) // the walk ends here either way
 }
 
 // advancePastLoss moves the watermark to seq past a lost span and counts the span in the same
 // conditional write (checkpoint.Store.AdvanceWatermarkPastLoss), reporting it only when this
 // call's write happened (a retried write whose first attempt landed included).
-func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, seq string, rep *ShardReport, s lostSpan) {
+// It returns false when the write failed: the caller then stops, so that no later advance
+// passes the span without its count.
+func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, seq string, rep *ShardReport, s lostSpan) bool {
 	res, err := r.cps.AdvanceWatermarkPastLoss(ctx, shard, seq, 1)
 	if err != nil {
-		// Not applied, or applied without an answer: the next run finds out (it reads after
-		// the stored watermark and counts the span only if its own advance passes it).
+		// Not applied, or applied without an answer the store could confirm: the next run
+		// finds out (it reads after the stored watermark and counts the span only if its own
+		// advance passes it).
 		r.log.WarnContext(ctx, "advancing the verified watermark past an expired span failed; it is retried next run",
 			"group", shard.Group, "shard_id", shard.ShardID, "sequence_number", seq, "error", err)
-		return
+		return false
 	}
 	if res.Advanced || rep.Watermark == "" || seqnum.Compare(seq, rep.Watermark) > 0 {
 		rep.Watermark = seq
@@ -621,6 +627,7 @@ func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, 
 	if res.Advanced {
 		r.lost(ctx, rep, s)
 	} // else another reconciler moved the watermark past the span first and counted it
+	return true
 }
 
 func arrivalOf(page []types.Record, seq string) time.Time {

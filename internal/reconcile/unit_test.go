@@ -158,6 +158,30 @@ func TestWatermarkRecordGone(t *testing.T) {
 	}
 }
 
+// TestLossCountFailureHoldsTheWatermark: when the write that passes a lost span (and counts it)
+// fails, no later page of the run may move the watermark past the span uncounted.
+func TestLossCountFailureHoldsTheWatermark(t *testing.T) {
+	sh := (&memShard{id: "shardId-0"}).addRecords(0, 12, time.Now(), key3)
+	sh.trimmed = 3 // the records after the watermark (1) expired: 2 is gone, 3 is held
+	u := newUnit(t, newMemKinesis(sh), Config{PageLimit: 4})
+	u.cps.set(ushard(sh.id), fakeSeq(11), fakeSeq(1))
+	u.cps.lossErr = errBoom
+	rep, _ := u.r.Run(context.Background())
+	if st := u.cps.state(sh.id); st.Watermark != fakeSeq(1) || rep.LostToRetention != 0 {
+		t.Fatalf("watermark %s (lost %d) after the counting write failed: want it held at %s", st.Watermark, rep.LostToRetention, fakeSeq(1))
+	}
+	u.cps.mu.Lock()
+	u.cps.lossErr = nil
+	u.cps.mu.Unlock()
+	rep, err := u.r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := u.cps.state(sh.id); st.Watermark != fakeSeq(11) || st.LostToRetention != 1 || rep.LostToRetention != 1 {
+		t.Errorf("watermark %s lost %d (run %d), want %s and 1", st.Watermark, st.LostToRetention, rep.LostToRetention, fakeSeq(11))
+	}
+}
+
 func TestEverythingUpToCheckpointExpired(t *testing.T) {
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 10, time.Now(), key3)
 	sh.trimmed = 6 // records 0-5 gone; the checkpoint (4) and watermark (1) with them
