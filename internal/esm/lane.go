@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 
 // Errors an Event's Err can wrap.
@@ -167,6 +169,23 @@ type unit struct {
 func (l *lane) process(ctx context.Context, batch []*record) {
 	m := l.s.m
 	work := []unit{{recs: batch}}
+	var given []*givenUp // what the batch gave up, one consolidated message per condition
+	defer func() {
+		if ctx.Err() == nil {
+			l.flush(ctx, given)
+		}
+	}()
+	giveUp := func(recs []*record, condition string, u unit) {
+		i := slices.IndexFunc(given, func(g *givenUp) bool { return g.condition == condition })
+		if i < 0 {
+			given = append(given, &givenUp{condition: condition})
+			i = len(given) - 1
+		}
+		given[i].add(recs, u)
+		m.log.WarnContext(ctx, "esm: records given up", "shard_id", l.s.id, "lane", l.idx, "condition", condition,
+			"sequence_number", recs[0].seq, "end_sequence_number", recs[len(recs)-1].seq, "records", len(recs))
+		l.checkpoint(recs[len(recs)-1].seq)
+	}
 	for len(work) > 0 {
 		if ctx.Err() != nil {
 			return
@@ -175,9 +194,7 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 		work = work[1:]
 
 		if n := l.expired(u.recs); n > 0 {
-			if !l.giveUp(ctx, u.recs[:n], ConditionRecordAgeExceeded, u) {
-				return
-			}
+			giveUp(u.recs[:n], ConditionRecordAgeExceeded, u)
 			u.recs = u.recs[n:]
 			if len(u.recs) == 0 {
 				continue
@@ -205,9 +222,7 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 			rest := u
 			rest.recs = u.recs[i:]
 			if l.exhausted(rest.retries) {
-				if !l.giveUp(ctx, rest.recs, ConditionRetryAttemptsExhausted, rest) {
-					return
-				}
+				giveUp(rest.recs, ConditionRetryAttemptsExhausted, rest)
 				continue
 			}
 			rest.retries++
@@ -231,9 +246,7 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 				continue
 			}
 			if l.exhausted(u.retries) {
-				if !l.giveUp(ctx, u.recs, ConditionRetryAttemptsExhausted, u) {
-					return
-				}
+				giveUp(u.recs, ConditionRetryAttemptsExhausted, u)
 				continue
 			}
 			u.retries++
@@ -265,24 +278,33 @@ func (l *lane) expired(recs []*record) int {
 	return n
 }
 
-// giveUp sends recs to the OnFailure destination under condition and moves the checkpoint
-// past them. It returns false when ctx ended before the message was accepted.
-func (l *lane) giveUp(ctx context.Context, recs []*record, condition string, u unit) bool {
+// flush sends the batch's consolidated OnFailure messages, in sequence order, once the batch
+// is done (every record succeeded, expired or was given up; the lane's checkpoint is past them).
+// A message that cannot be delivered is counted (DestinationDeliveryFailures) and its records
+// stay discarded, as on AWS; only a stopping mapping (ctx ended) leaves a message unsent.
+func (l *lane) flush(ctx context.Context, given []*givenUp) {
 	m := l.s.m
-	msg := m.failureMessage(l.s.id, recs, condition, u.invokes, u.last)
-	if err := m.sendFailure(ctx, msg); err != nil {
-		return false
+	slices.SortFunc(given, func(a, b *givenUp) int { return seqnum.Compare(a.first.seq, b.first.seq) })
+	for _, g := range given {
+		msg := m.failureMessage(l.s.id, g)
+		err := m.deliver(ctx, msg)
+		if err != nil && !errors.Is(err, ErrDestinationDelivery) {
+			return // ctx ended: the mapping is stopping
+		}
+		typ := EventRetriesExhausted
+		if g.condition == ConditionRecordAgeExceeded {
+			typ = EventRecordsExpired
+		}
+		ev := Event{Type: typ, ShardID: l.s.id, Lane: l.idx, FirstSeq: g.first.seq, LastSeq: g.last.seq,
+			Size: g.size, Attempt: g.retries, RequestID: msg.RequestContext.RequestID, Failure: msg}
+		m.emit(ev)
+		if err != nil {
+			ev.Type, ev.Err = EventDestinationDeliveryFailed, err
+			m.emit(ev)
+			m.log.ErrorContext(ctx, "esm: OnFailure message not delivered; its records are discarded", "shard_id", l.s.id,
+				"lane", l.idx, "sequence_number", g.first.seq, "end_sequence_number", g.last.seq, "records", g.size, "error", err)
+		}
 	}
-	typ := EventRetriesExhausted
-	if condition == ConditionRecordAgeExceeded {
-		typ = EventRecordsExpired
-	}
-	m.emit(Event{Type: typ, ShardID: l.s.id, Lane: l.idx, FirstSeq: recs[0].seq, LastSeq: recs[len(recs)-1].seq,
-		Size: len(recs), Attempt: u.retries, RequestID: msg.RequestContext.RequestID, Failure: msg})
-	m.log.WarnContext(ctx, "esm: records given up", "shard_id", l.s.id, "lane", l.idx, "condition", condition,
-		"sequence_number", recs[0].seq, "end_sequence_number", recs[len(recs)-1].seq, "records", len(recs))
-	l.checkpoint(recs[len(recs)-1].seq)
-	return true
 }
 
 func (l *lane) checkpoint(seq string) {
