@@ -269,7 +269,8 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 			}
 			return json.Marshal(resp)
 		},
-		rec:   reconcile.NewHandler(r, nil, env.log),
+		// As functions/reconciler wires it: untried failure-queue messages go back to the queue.
+		rec:   reconcile.NewHandler(r, nil, env.log, reconcile.WithRelease(rc.sqs)),
 		chaos: ch,
 		kills: ks,
 	}, nil

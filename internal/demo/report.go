@@ -181,6 +181,7 @@ func Markdown(res *Result) string {
 	mrow("bisections", func(m MappingStats) int { return m.Bisections })
 	mrow("batches given up (on-failure messages)", func(m MappingStats) int { return m.RetriesExhausted + m.RecordAgeExceeded })
 	mrow("records given up", func(m MappingStats) int { return m.RecordsGivenUp })
+	mrow("on-failure messages not delivered (DestinationDeliveryFailures)", func(m MappingStats) int { return m.DestinationDeliveryFailures })
 
 	r := g.Reconciler
 	fmt.Fprintf(&b, "\n## Reconciler (gapless)\n\n- scheduled passes: %d (%d failed)\n- failure-queue invocations: %d "+

@@ -82,6 +82,7 @@ type variant struct {
 
 type eventCounts struct {
 	invocations, functionErrors, timeouts, partial, bisected, exhausted, expired, givenUp atomic.Int64
+	destFailed                                                                            atomic.Int64
 }
 
 type reconcilerCounts struct {
@@ -215,9 +216,12 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 				return real(shardID, lane)
 			}
 		}
-		m, err := esm.New(v.e.direct.kin, v.e.direct.sqs, lanes, mcfg,
-			esm.WithObserver(v.observer(i)), esm.WithLogger(v.log.With("mapping", i)),
-			esm.WithShardDiscoveryInterval(500*time.Millisecond))
+		opts := []esm.Option{esm.WithObserver(v.observer(i)), esm.WithLogger(v.log.With("mapping", i)),
+			esm.WithShardDiscoveryInterval(500 * time.Millisecond)}
+		if r := v.e.cfg.Faults.DestFail; r > 0 {
+			opts = append(opts, esm.WithDestinationFault(esm.DestinationFailureRate(r, v.e.cfg.Seed+uint64(i))))
+		}
+		m, err := esm.New(v.e.direct.kin, v.e.direct.sqs, lanes, mcfg, opts...)
 		if err != nil {
 			return err
 		}
@@ -483,6 +487,8 @@ func (v *variant) observer(mapping int) esm.Observer {
 		case esm.EventRecordsExpired:
 			v.ev.expired.Add(1)
 			v.ev.givenUp.Add(int64(e.Size))
+		case esm.EventDestinationDeliveryFailed:
+			v.ev.destFailed.Add(1)
 		case esm.EventShardFinished:
 			v.fn.shardFinished(mapping, e.ShardID)
 		}
