@@ -129,9 +129,9 @@ func TestUntriedFailureMessagesAreReleasedNotDeadLettered(t *testing.T) {
 	}
 	var logs logBuffer
 	r := s.reconciler(s.pipeline(rec.process, 5), Config{DeadlineMargin: 500 * time.Millisecond}, WithLogger(logs.logger()))
-	h := NewHandler(r, nil, logs.logger(), WithRelease(s.sqs), WithMinAttempt(1500*time.Millisecond), WithReleaseReserve(300*time.Millisecond))
+	h := NewHandler(r, nil, logs.logger(), WithRelease(s.sqs), WithMinAttempt(4*time.Second), WithReleaseReserve(300*time.Millisecond))
 
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(150 * time.Second)
 	done := func() bool {
 		c := rec.counts()
 		for _, p := range all[10:] {
@@ -143,7 +143,7 @@ func TestUntriedFailureMessagesAreReleasedNotDeadLettered(t *testing.T) {
 	}
 	var dead []string
 	for time.Now().Before(deadline) && !(done() && len(dead) > 0) {
-		q.poll(t, s, h, 3*time.Second)
+		q.poll(t, s, h, 8*time.Second)
 		dead = append(dead, q.dead(t, s)...)
 	}
 	for _, b := range bodies[1:] {
@@ -154,6 +154,11 @@ func TestUntriedFailureMessagesAreReleasedNotDeadLettered(t *testing.T) {
 	checkOnce(t, "ranges after the hanging one", onlyIDs(rec.counts(), idsOf(all[10:])), idsOf(all[10:]))
 	if !containsLine(logs.lines("INFO"), "released to its queue without counting a receive") {
 		t.Errorf("no release was logged")
+	}
+	if t.Failed() {
+		for _, l := range logs.lines("ERROR") {
+			t.Logf("ERROR %v %v", l["msg"], l["error"])
+		}
 	}
 }
 
