@@ -63,7 +63,7 @@ func DefaultFaults() Faults {
 	return Faults{
 		Transient: 0.03, Panic: 0.005, Slow: 0.002, Poison: 0.002,
 		DDBThrottle: 0.02, DDBError: 0.01, DDBDrop: 0.01,
-		SQSThrottle: 0.02, SQSError: 0.01, SQSDrop: 0.01,
+		SQSThrottle: 0.02, SQSError: 0.01, SQSDrop: 0.01, DestFail: 0.5,
 		Split: true, KillReconciler: true, Race: true,
 	}
 }

@@ -64,7 +64,7 @@ func TestParseRecordedOnAWS(t *testing.T) {
 		condition     string
 		invokes       int
 		functionError *string // nil: no responseContext
-		seq           string // start and end: each recorded message names one record
+		seq           string  // start and end: each recorded message names one record
 	}{
 		{"aws-retry-attempts-exhausted-unhandled.json", ConditionRetryAttemptsExhausted, 2, ptr("Unhandled"), first},
 		{"aws-retry-attempts-exhausted-partial.json", ConditionRetryAttemptsExhausted, 4, ptr(""), "49659013567040981547806411413925626752553933408456327170"},
