@@ -55,6 +55,15 @@ func TestOnFailureMetadataIsConsolidated(t *testing.T) {
 	if cp := m.Checkpoints()[puts[0].shard][0]; cp != q[7] {
 		t.Fatalf("checkpoint %s, want %s", cp, q[7])
 	}
+	// The lane's checkpoint does not pass a given-up record before its message is sent.
+	for _, e := range log.all(EventCheckpoint, EventRetriesExhausted) {
+		if e.Type == EventRetriesExhausted {
+			break
+		}
+		if !slices.Contains(q[:2], e.Checkpoint) {
+			t.Fatalf("checkpoint %s before the on-failure message was sent, want at most %s", e.Checkpoint, q[1])
+		}
+	}
 	if _, err := onfailure.Parse(mustJSON(t, msg)); err != nil {
 		t.Fatalf("the reconciler's parser rejects a consolidated message: %v", err)
 	}

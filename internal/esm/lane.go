@@ -170,9 +170,22 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 	m := l.s.m
 	work := []unit{{recs: batch}}
 	var given []*givenUp // what the batch gave up, one consolidated message per condition
+	// Once the batch has given records up, the lane's checkpoint is held until their message is
+	// sent: a checkpoint past a given-up record says its metadata is where it goes.
+	var held string
+	checkpoint := func(seq string) {
+		if len(given) > 0 {
+			held = seq
+			return
+		}
+		l.checkpoint(seq)
+	}
 	defer func() {
-		if ctx.Err() == nil {
-			l.flush(ctx, given)
+		if ctx.Err() != nil || !l.flush(ctx, given) {
+			return
+		}
+		if held != "" {
+			l.checkpoint(held)
 		}
 	}()
 	giveUp := func(recs []*record, condition string, u unit) {
@@ -184,7 +197,7 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 		given[i].add(recs, u)
 		m.log.WarnContext(ctx, "esm: records given up", "shard_id", l.s.id, "lane", l.idx, "condition", condition,
 			"sequence_number", recs[0].seq, "end_sequence_number", recs[len(recs)-1].seq, "records", len(recs))
-		l.checkpoint(recs[len(recs)-1].seq)
+		checkpoint(recs[len(recs)-1].seq)
 	}
 	for len(work) > 0 {
 		if ctx.Err() != nil {
@@ -210,14 +223,14 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 		first, last := u.recs[0].seq, u.recs[len(u.recs)-1].seq
 		switch {
 		case res.err == nil && res.failedIdx < 0:
-			l.checkpoint(last)
+			checkpoint(last)
 
 		case res.err == nil:
 			i := res.failedIdx
 			m.emit(Event{Type: EventPartialFailure, ShardID: l.s.id, Lane: l.idx, FirstSeq: first, LastSeq: last,
 				Size: len(u.recs), Attempt: u.retries, RequestID: res.last.requestID, FailedSeq: u.recs[i].seq})
 			if i > 0 {
-				l.checkpoint(u.recs[i-1].seq)
+				checkpoint(u.recs[i-1].seq)
 			}
 			rest := u
 			rest.recs = u.recs[i:]
@@ -279,17 +292,17 @@ func (l *lane) expired(recs []*record) int {
 }
 
 // flush sends the batch's consolidated OnFailure messages, in sequence order, once the batch
-// is done (every record succeeded, expired or was given up; the lane's checkpoint is past them).
-// A message that cannot be delivered is counted (DestinationDeliveryFailures) and its records
-// stay discarded, as on AWS; only a stopping mapping (ctx ended) leaves a message unsent.
-func (l *lane) flush(ctx context.Context, given []*givenUp) {
+// is done (every record succeeded, expired or was given up). A message that cannot be
+// delivered is counted (DestinationDeliveryFailures) and its records stay discarded, as on AWS.
+// It reports false when ctx ended first (the mapping is stopping): a message is left unsent.
+func (l *lane) flush(ctx context.Context, given []*givenUp) bool {
 	m := l.s.m
 	slices.SortFunc(given, func(a, b *givenUp) int { return seqnum.Compare(a.first.seq, b.first.seq) })
 	for _, g := range given {
 		msg := m.failureMessage(l.s.id, g)
 		err := m.deliver(ctx, msg)
 		if err != nil && !errors.Is(err, ErrDestinationDelivery) {
-			return // ctx ended: the mapping is stopping
+			return false // ctx ended: the mapping is stopping
 		}
 		typ := EventRetriesExhausted
 		if g.condition == ConditionRecordAgeExceeded {
@@ -305,6 +318,7 @@ func (l *lane) flush(ctx context.Context, given []*givenUp) {
 				"lane", l.idx, "sequence_number", g.first.seq, "end_sequence_number", g.last.seq, "records", g.size, "error", err)
 		}
 	}
+	return true
 }
 
 func (l *lane) checkpoint(seq string) {
