@@ -616,6 +616,8 @@ func wantGrants() map[string]grants {
 	consumer.add([]string{"sqs:SendMessage"}, "FailureQueue.Arn")
 	// The SQS event source polls the failure queue with the reconciler's role.
 	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}, "FailureQueue.Arn")
+	// The reconciler releases on-failure messages it had no time to try (reconcile.WithRelease).
+	reconciler.add([]string{"sqs:GetQueueUrl", "sqs:SendMessage"}, "FailureQueue.Arn")
 	return map[string]grants{"ConsumerRole": consumer, "ReconcilerRole": reconciler}
 }
 

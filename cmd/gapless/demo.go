@@ -47,7 +47,7 @@ workload:
 		printFlags(fs, "max-record-attempts", "settle", "reconcile-every")
 		fmt.Fprint(fs.Output(), "\nfaults (rates are probabilities per record attempt or per request):\n")
 		printFlags(fs, "transient", "panic", "slow", "slow-for", "poison", "ddb-throttle", "ddb-error", "ddb-drop",
-			"sqs-throttle", "sqs-error", "sqs-drop", "split", "kill-reconciler", "race", "expire", "retention", "no-faults")
+			"sqs-throttle", "sqs-error", "sqs-drop", "dest-fail", "split", "kill-reconciler", "race", "expire", "retention", "no-faults")
 		fmt.Fprint(fs.Output(), "\nrun:\n")
 		printFlags(fs, "json", "variants", "baseline", "runtime", "timeout", "reports", "full-report", "backend", "reuse-stack")
 	}
@@ -79,6 +79,7 @@ workload:
 	fs.Float64Var(&f.SQSThrottle, "sqs-throttle", f.SQSThrottle, "SQS request throttled")
 	fs.Float64Var(&f.SQSError, "sqs-error", f.SQSError, "SQS request answered 500")
 	fs.Float64Var(&f.SQSDrop, "sqs-drop", f.SQSDrop, "SQS send done, response dropped")
+	fs.Float64Var(&f.DestFail, "dest-fail", f.DestFail, "the mapping's on-failure message is not delivered (DestinationDeliveryFailures)")
 	fs.BoolVar(&f.Split, "split", f.Split, "split a shard when half the records are produced")
 	fs.BoolVar(&f.KillReconciler, "kill-reconciler", f.KillReconciler, "kill the reconciler in the middle of its first replay")
 	fs.BoolVar(&f.Race, "race", f.Race, "a second mapping (same function config and group) racing on the stream")

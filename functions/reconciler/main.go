@@ -1,7 +1,7 @@
 // Command reconciler is the Lambda function that proves nothing behind the checkpoint was
 // skipped: an EventBridge schedule starts a pass over every shard, and the event-source
 // mapping's on-failure SQS queue (FunctionResponseTypes: ReportBatchItemFailures) names ranges
-// to replay. It only wires: typed configuration from the environment (a bad variable fails the
+// to replay; messages of a batch it has no time to try go back to that queue untouched. It only wires: typed configuration from the environment (a bad variable fails the
 // cold start, naming it), the shared parts (internal/wire: clients, stores, the pipeline with
 // the same business logic as the consumer), the reconciler, and lambda.Start.
 package main
@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/reconcile"
@@ -45,5 +46,6 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*rec
 	if err != nil {
 		return nil, err
 	}
-	return reconcile.NewHandler(r, parts.Metrics, parts.Logger), nil
+	// The failure queue's untried messages go back to it (the record's eventSourceARN names it).
+	return reconcile.NewHandler(r, parts.Metrics, parts.Logger, reconcile.WithRelease(sqs.NewFromConfig(parts.AWS))), nil
 }

@@ -49,6 +49,11 @@ type Faults struct {
 	SQSError    float64 `json:"sqs_error"`
 	SQSDrop     float64 `json:"sqs_drop"` // sends forwarded, response dropped
 
+	// DestFail: the mapping's OnFailure delivery fails (per message), as it can on AWS
+	// (DestinationDeliveryFailures): the given-up range never reaches the failure queue and only
+	// the scheduled reconciler pass can find it (esm.WithDestinationFault).
+	DestFail float64 `json:"dest_fail"`
+
 	Split          bool `json:"split"`           // split a shard when half the records are produced
 	KillReconciler bool `json:"kill_reconciler"` // kill the reconciler in the middle of its first replay
 	Race           bool `json:"race"`            // a second mapping, same function config and group, racing on one shard
@@ -63,7 +68,7 @@ func DefaultFaults() Faults {
 	return Faults{
 		Transient: 0.03, Panic: 0.005, Slow: 0.002, Poison: 0.002,
 		DDBThrottle: 0.02, DDBError: 0.01, DDBDrop: 0.01,
-		SQSThrottle: 0.02, SQSError: 0.01, SQSDrop: 0.01,
+		SQSThrottle: 0.02, SQSError: 0.01, SQSDrop: 0.01, DestFail: 0.5,
 		Split: true, KillReconciler: true, Race: true,
 	}
 }
@@ -189,6 +194,7 @@ func (c Config) Validate() error {
 		{"transient", f.Transient}, {"panic", f.Panic}, {"slow", f.Slow}, {"poison", f.Poison},
 		{"ddb-throttle", f.DDBThrottle}, {"ddb-error", f.DDBError}, {"ddb-drop", f.DDBDrop},
 		{"sqs-throttle", f.SQSThrottle}, {"sqs-error", f.SQSError}, {"sqs-drop", f.SQSDrop},
+		{"dest-fail", f.DestFail},
 	} {
 		if err := rate(r.name, r.v); err != nil {
 			return err

@@ -222,6 +222,9 @@ type MappingStats struct {
 	RecordAgeExceeded int    `json:"record_age_exceeded"`
 	RecordsGivenUp    int    `json:"records_given_up"`
 	SplitShard        string `json:"split_shard,omitempty"`
+
+	// DestinationDeliveryFailures: on-failure messages the mapping could not deliver (--dest-fail).
+	DestinationDeliveryFailures int `json:"destination_delivery_failures"`
 }
 
 // ReconcilerStats counts the reconciler's invocations (gapless).

@@ -289,7 +289,7 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	return &inProcess{
 		invoke:     handle(h),
 		invokeRace: handle(hRace),
-		rec:        reconcile.NewHandler(r, nil, env.log),
+		rec:        reconcile.NewHandler(r, nil, env.log, reconcile.WithRelease(rc.sqs)), // as functions/reconciler wires it: untried failure-queue messages go back
 		chaos:      ch,
 		kills:      ks,
 	}, nil

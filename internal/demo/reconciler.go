@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 // scheduleLoop invokes the scheduled reconciler pass every ReconcileEvery, one at a time.
@@ -45,9 +46,18 @@ func (v *variant) killsSoFar() int {
 // failureLoop is the SQS event source of the reconciler: it receives the mapping's on-failure
 // messages, invokes the reconciler with them and deletes the messages the invocation did not
 // report as failed (ReportBatchItemFailures); the others become visible again two seconds
-// later. A killed invocation deletes nothing.
+// later. A killed invocation deletes nothing. The records carry the queue's real ARN as
+// eventSourceARN, as Lambda's do: the reconciler sends the messages it had no time to try back
+// to the queue it names (reconcile.WithRelease) and reports them done, so they are deleted here.
 func (v *variant) failureLoop(ctx context.Context) {
 	c := v.e.direct.sqs
+	arn := "arn:aws:sqs:us-east-1:000000000000:" + v.stream + "-failure"
+	if out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(v.failureURL),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}}); err == nil {
+		if a := out.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]; a != "" {
+			arn = a
+		}
+	}
 	for ctx.Err() == nil {
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(v.failureURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 90,
@@ -59,7 +69,7 @@ func (v *variant) failureLoop(ctx context.Context) {
 		for _, m := range out.Messages {
 			ev.Records = append(ev.Records, events.SQSMessage{
 				MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body),
-				EventSource: "aws:sqs", EventSourceARN: "arn:aws:sqs:us-east-1:000000000000:" + v.stream + "-failure", AWSRegion: "us-east-1",
+				EventSource: "aws:sqs", EventSourceARN: arn, AWSRegion: "us-east-1",
 			})
 		}
 		v.rec.messages.Add(int64(len(out.Messages)))

@@ -247,6 +247,7 @@ func Markdown(res *Result) string {
 	mrow("bisections", func(m MappingStats) int { return m.Bisections })
 	mrow("batches given up (on-failure messages)", func(m MappingStats) int { return m.RetriesExhausted + m.RecordAgeExceeded })
 	mrow("records given up", func(m MappingStats) int { return m.RecordsGivenUp })
+	mrow("on-failure messages not delivered (DestinationDeliveryFailures)", func(m MappingStats) int { return m.DestinationDeliveryFailures })
 
 	if c := res.CheckpointDecides; c != nil && c.Handler != nil {
 		h := c.Handler

@@ -70,6 +70,7 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 		Mappings: len(v.mappings), Invocations: int(v.ev.invocations.Load()), FunctionErrors: int(v.ev.functionErrors.Load()),
 		Timeouts: int(v.ev.timeouts.Load()), PartialFailures: int(v.ev.partial.Load()), Bisections: int(v.ev.bisected.Load()),
 		RetriesExhausted: int(v.ev.exhausted.Load()), RecordAgeExceeded: int(v.ev.expired.Load()), RecordsGivenUp: int(v.ev.givenUp.Load()),
+		DestinationDeliveryFailures: int(v.ev.destFailed.Load()),
 	}
 	v.mu.Lock()
 	if !v.splitAt.IsZero() {

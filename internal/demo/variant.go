@@ -157,6 +157,7 @@ type variant struct {
 
 type eventCounts struct {
 	invocations, functionErrors, timeouts, partial, bisected, exhausted, expired, givenUp atomic.Int64
+	destFailed                                                                            atomic.Int64
 }
 
 type reconcilerCounts struct {
@@ -301,6 +302,9 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 		if v.trim != nil {
 			kin = newClients(v.e.awsCfg, v.trim.URL(), "", "", true).kin
 			opts = append(opts, esm.WithRetention(cfg.Retention), esm.WithInvokeThrottle(v.held))
+		}
+		if r := v.e.cfg.Faults.DestFail; r > 0 {
+			opts = append(opts, esm.WithDestinationFault(esm.DestinationFailureRate(r, v.e.cfg.Seed+uint64(i))))
 		}
 		m, err := esm.New(kin, v.e.direct.sqs, lanes, mcfg, opts...)
 		if err != nil {
@@ -607,6 +611,8 @@ func (v *variant) observer(mapping int) esm.Observer {
 		case esm.EventRecordsExpired:
 			v.ev.expired.Add(1)
 			v.ev.givenUp.Add(int64(e.Size))
+		case esm.EventDestinationDeliveryFailed:
+			v.ev.destFailed.Add(1)
 		case esm.EventShardFinished:
 			v.fn.shardFinished(mapping, e.ShardID)
 		}

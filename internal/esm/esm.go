@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -92,6 +93,14 @@ func WithInvokeThrottle(throttled func(shardID string) bool) Option {
 // it (default 100,000).
 func WithMaxBuffered(n int) Option { return func(m *Mapping) { m.maxBuffered = n } }
 
+// WithDestinationFault makes OnFailure deliveries fail as they can on AWS (a permission denied,
+// a misconfigured or deleted destination, a size limit): when fn returns an error for a
+// message, the message is not sent, DestinationDeliveryFailures counts it and the records are
+// discarded all the same (see deliver). For tests and the demo's --dest-fail.
+func WithDestinationFault(fn func(FailureMessage) error) Option {
+	return func(m *Mapping) { m.destFault = fn }
+}
+
 // Mapping is one event-source mapping: one stream, one function.
 type Mapping struct {
 	kin     kinesisAPI
@@ -111,6 +120,9 @@ type Mapping struct {
 
 	// Set by Run from the stream's ARN.
 	streamARN, region, account, functionARN, identityARN string
+
+	destFault        func(FailureMessage) error
+	deliveryFailures atomic.Int64
 
 	mu          sync.Mutex
 	ran         bool
@@ -150,6 +162,11 @@ func New(kin kinesisAPI, sqsClient sqsAPI, lanes func(shardID string, lane int) 
 	}
 	return m, nil
 }
+
+// DestinationDeliveryFailures is the count of OnFailure messages that could not be delivered
+// (their records were discarded without a trace in the destination): Lambda's
+// DestinationDeliveryFailures metric.
+func (m *Mapping) DestinationDeliveryFailures() int64 { return m.deliveryFailures.Load() }
 
 // Config returns the effective configuration (defaults applied).
 func (m *Mapping) Config() Config { return m.cfg }

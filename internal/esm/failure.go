@@ -4,12 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
+
+	"github.com/gapless-dev/gapless/internal/seqnum"
 )
+
+func seqLess(a, b string) bool { return seqnum.Compare(a, b) < 0 }
 
 // OnFailure conditions (requestContext.condition).
 const (
@@ -72,48 +81,121 @@ type lastInvoke struct {
 	functionError bool
 }
 
-func (m *Mapping) failureMessage(shardID string, recs []*record, condition string, invokes int, last *lastInvoke) *FailureMessage {
+// givenUp is a consolidated OnFailure message in the making: every record of one batch (the
+// batch a lane took from its queue, with every half and remainder it was split into) given up
+// under one condition. "The BatchSize could be greater than 1 since Lambda consolidates failed
+// messages metadata when writing to the OnFailure destination"
+// (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-lambda-eventsourcemapping.html#cfn-lambda-eventsourcemapping-bisectbatchonfunctionerror).
+// AWS does not say how far it consolidates; here it is per batch and condition, one message
+// when the batch is done: the range runs from the first record given up to the last, so it
+// can hold records of the batch that succeeded in between (batchSize counts only those given
+// up), which is the case a consumer of the message must handle.
+type givenUp struct {
+	condition string
+	first     *record
+	last      *record
+	size      int
+	invokes   int         // the most invocations of any part given up
+	retries   int         // the most retries of any part given up
+	lastInv   *lastInvoke // the latest invocation of the parts given up
+}
+
+func (g *givenUp) add(recs []*record, u unit) {
+	if g.first == nil || seqLess(recs[0].seq, g.first.seq) {
+		g.first = recs[0]
+	}
+	if g.last == nil || seqLess(g.last.seq, recs[len(recs)-1].seq) {
+		g.last = recs[len(recs)-1]
+	}
+	g.size += len(recs)
+	g.invokes = max(g.invokes, u.invokes)
+	g.retries = max(g.retries, u.retries)
+	if u.last != nil {
+		g.lastInv = u.last
+	}
+}
+
+func (m *Mapping) failureMessage(shardID string, g *givenUp) *FailureMessage {
 	msg := &FailureMessage{
 		RequestContext: FailureRequestContext{
 			FunctionArn:            m.functionARN,
-			Condition:              condition,
-			ApproximateInvokeCount: invokes,
+			Condition:              g.condition,
+			ApproximateInvokeCount: g.invokes,
 		},
 		Version:   "1.0",
 		Timestamp: formatTime(m.now()),
 		KinesisBatchInfo: KinesisBatchInfo{
 			ShardID:                         shardID,
-			StartSequenceNumber:             recs[0].seq,
-			EndSequenceNumber:               recs[len(recs)-1].seq,
-			ApproximateArrivalOfFirstRecord: formatTime(recs[0].arrival),
-			ApproximateArrivalOfLastRecord:  formatTime(recs[len(recs)-1].arrival),
-			BatchSize:                       len(recs),
+			StartSequenceNumber:             g.first.seq,
+			EndSequenceNumber:               g.last.seq,
+			ApproximateArrivalOfFirstRecord: formatTime(g.first.arrival),
+			ApproximateArrivalOfLastRecord:  formatTime(g.last.arrival),
+			BatchSize:                       g.size,
 			StreamArn:                       m.streamARN,
 		},
 	}
-	if last != nil {
-		msg.RequestContext.RequestID = last.requestID
-		rc := &FailureResponseContext{StatusCode: last.statusCode, ExecutedVersion: "$LATEST"}
-		if last.functionError {
+	if g.lastInv != nil {
+		msg.RequestContext.RequestID = g.lastInv.requestID
+	} else {
+		msg.RequestContext.RequestID = newRequestID()
+	}
+	switch {
+	case g.condition == ConditionRecordAgeExceeded:
+		// Recorded on AWS (LocalStack's test_lambda_integration_kinesis.snapshot.json,
+		// test_kinesis_maximum_record_age_exceeded[expire-before-ingestion|expire-while-retrying]
+		// and test_kinesis_maximum_record_age_exceeded_discard_records, 2025-11-25): a
+		// RecordAgeExceeded message has no responseContext, even after 8 invocations, and its
+		// approximateInvokeCount is 1 for records never invoked. Whether AWS counts the attempt
+		// that found the records too old on top of real invocations the recordings do not tell;
+		// here the count is the invocations made, at least 1.
+		msg.RequestContext.ApproximateInvokeCount = max(1, g.invokes)
+	case g.lastInv != nil:
+		rc := &FailureResponseContext{StatusCode: g.lastInv.statusCode, ExecutedVersion: "$LATEST"}
+		if g.lastInv.functionError {
 			unhandled := "Unhandled"
 			rc.FunctionError = &unhandled
 		}
 		msg.ResponseContext = rc
-	} else {
-		msg.RequestContext.RequestID = newRequestID()
 	}
 	return msg
 }
 
-// sendFailure delivers msg to the OnFailure queue, retrying until it is accepted or ctx ends
-// (dropping the metadata would lose the only trace of the records).
-func (m *Mapping) sendFailure(ctx context.Context, msg *FailureMessage) error {
+// ErrDestinationDelivery marks an OnFailure message Lambda could not deliver: the records are
+// discarded all the same and DestinationDeliveryFailures counts it.
+var ErrDestinationDelivery = errors.New("esm: OnFailure destination delivery failed")
+
+// deliver sends msg to the OnFailure queue. Transient SQS errors (throttling, server errors,
+// transport) are retried until the message is accepted or ctx ends (then ctx's error is
+// returned: the mapping is stopping). A delivery that fails for good — an error that is the
+// request's own fault, e.g. a queue that does not exist, access denied, a message too large, or
+// the injected WithDestinationFault — is what AWS counts in the DestinationDeliveryFailures
+// metric: "For asynchronous invocation and supported event source mappings, the number of times
+// that Lambda attempts to send an event to a destination but fails. ... Delivery errors can
+// occur due to permissions errors, incorrectly configured resources, or size limits"
+// (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html). The records are
+// discarded anyway ("If the error handling measures fail, Lambda discards the records and
+// continues processing batches from the stream",
+// https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html): deliver
+// returns an error wrapping ErrDestinationDelivery, counted in DestinationDeliveryFailures, and
+// the lane moves on. AWS does not document its internal retries; the split between transient
+// and permanent errors is this emulation's choice.
+func (m *Mapping) deliver(ctx context.Context, msg *FailureMessage) error {
 	if m.cfg.OnFailureQueueURL == "" {
 		return nil
 	}
+	fail := func(err error) error {
+		m.deliveryFailures.Add(1)
+		return fmt.Errorf("%w: %s %s..%s: %w", ErrDestinationDelivery, msg.KinesisBatchInfo.ShardID,
+			msg.KinesisBatchInfo.StartSequenceNumber, msg.KinesisBatchInfo.EndSequenceNumber, err)
+	}
+	if m.destFault != nil {
+		if err := m.destFault(*msg); err != nil {
+			return fail(err)
+		}
+	}
 	body, err := json.Marshal(msg)
 	if err != nil {
-		return fmt.Errorf("esm: encode OnFailure message: %w", err)
+		return fail(err)
 	}
 	delay := 50 * time.Millisecond
 	for {
@@ -124,13 +206,43 @@ func (m *Mapping) sendFailure(ctx context.Context, msg *FailureMessage) error {
 		if err == nil {
 			return nil
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if permanent(err) {
+			return fail(err)
+		}
 		m.log.WarnContext(ctx, "esm: OnFailure SendMessage failed; retrying",
 			"shard_id", msg.KinesisBatchInfo.ShardID, "sequence_number", msg.KinesisBatchInfo.StartSequenceNumber, "error", err)
 		if err := sleep(ctx, delay); err != nil {
-			return fmt.Errorf("esm: send OnFailure message for %s %s..%s: %w", msg.KinesisBatchInfo.ShardID,
-				msg.KinesisBatchInfo.StartSequenceNumber, msg.KinesisBatchInfo.EndSequenceNumber, err)
+			return err
 		}
 		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// permanent reports an SQS error that retrying cannot fix: an API error that is the client's
+// fault and not throttling.
+func permanent(err error) bool {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorFault() != smithy.FaultClient {
+		return false
+	}
+	return !retry.IsErrorThrottles(retry.DefaultThrottles).IsErrorThrottle(err).Bool()
+}
+
+// DestinationFailureRate returns a WithDestinationFault function that fails each delivery with
+// probability rate, from a generator seeded with seed (for the demo's --dest-fail).
+func DestinationFailureRate(rate float64, seed uint64) func(FailureMessage) error {
+	var mu sync.Mutex
+	rnd := mathrand.New(mathrand.NewPCG(seed, 0x0f417e))
+	return func(FailureMessage) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if rnd.Float64() < rate {
+			return errors.New("injected fault: the destination refused the message (e.g. AccessDenied)")
+		}
+		return nil
 	}
 }
 

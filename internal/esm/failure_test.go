@@ -42,6 +42,10 @@ func TestReportBatchItemFailures(t *testing.T) {
 		{"empty list is success", true, func([]string) string { return `{"batchItemFailures":[]}` }, -1},
 		{"null list is success", true, func([]string) string { return `{"batchItemFailures":null}` }, -1},
 		{"null response is success", true, func([]string) string { return `null` }, -1},
+		// Recorded on AWS: test_kinesis_report_batch_item_success_scenarios[empty_list_success]
+		// in LocalStack's test_lambda_integration_kinesis.snapshot.json (2025-11-25).
+		{"empty JSON array response is success", true, func([]string) string { return `[]` }, -1},
+		{"non-empty JSON array response is total failure", true, func(s []string) string { return fmt.Sprintf(`[%q]`, s[0]) }, 0},
 		{"empty response is success", true, func([]string) string { return `` }, -1},
 		{"object without the list is success", true, func([]string) string { return `{"status":"ok"}` }, -1},
 		{"empty itemIdentifier is total failure", true,
@@ -330,8 +334,10 @@ func TestMaximumRecordAge(t *testing.T) {
 			t.Fatalf("%d invocations with expired records", n)
 		}
 		msg := fq.receive(t, 1)[0]
-		if msg.RequestContext.Condition != ConditionRecordAgeExceeded || msg.RequestContext.ApproximateInvokeCount != 0 {
-			t.Fatalf("requestContext %+v", msg.RequestContext)
+		// Recorded on AWS (LocalStack's test_kinesis_maximum_record_age_exceeded[expire-before-ingestion]
+		// and ..._discard_records, 2025-11-25): approximateInvokeCount 1 for records never invoked.
+		if msg.RequestContext.Condition != ConditionRecordAgeExceeded || msg.RequestContext.ApproximateInvokeCount != 1 {
+			t.Fatalf("requestContext %+v, want RecordAgeExceeded with approximateInvokeCount 1", msg.RequestContext)
 		}
 		if msg.ResponseContext != nil {
 			t.Fatalf("responseContext %+v for records never invoked", msg.ResponseContext)
@@ -370,8 +376,10 @@ func TestMaximumRecordAge(t *testing.T) {
 		if msg.RequestContext.Condition != ConditionRecordAgeExceeded || msg.RequestContext.ApproximateInvokeCount != 3 {
 			t.Fatalf("requestContext %+v", msg.RequestContext)
 		}
-		if msg.ResponseContext == nil || msg.ResponseContext.FunctionError == nil {
-			t.Fatalf("responseContext %+v, want the last invocation's function error", msg.ResponseContext)
+		// Recorded on AWS (LocalStack's test_kinesis_maximum_record_age_exceeded[expire-while-retrying],
+		// 2025-11-25): no responseContext on a RecordAgeExceeded message, even after 8 invocations.
+		if msg.ResponseContext != nil {
+			t.Fatalf("responseContext %+v on a RecordAgeExceeded message, want none", msg.ResponseContext)
 		}
 		if bi := msg.KinesisBatchInfo; bi.StartSequenceNumber != puts[0].seq || bi.EndSequenceNumber != puts[1].seq {
 			t.Fatalf("KinesisBatchInfo %+v", bi)

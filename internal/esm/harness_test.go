@@ -21,7 +21,9 @@ import (
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 
-func TestMain(m *testing.M) { os.Exit(stacktest.Run(m, localstack.Kinesis, localstack.SQS)) }
+func TestMain(m *testing.M) {
+	os.Exit(stacktest.Run(m, localstack.Kinesis, localstack.SQS, localstack.DynamoDB))
+}
 
 // stream is a fresh Kinesis stream on the local stack.
 type stream struct {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 
 // Errors an Event's Err can wrap.
@@ -167,6 +169,36 @@ type unit struct {
 func (l *lane) process(ctx context.Context, batch []*record) {
 	m := l.s.m
 	work := []unit{{recs: batch}}
+	var given []*givenUp // what the batch gave up, one consolidated message per condition
+	// Once the batch has given records up, the lane's checkpoint is held until their message is
+	// sent: a checkpoint past a given-up record says its metadata is where it goes.
+	var held string
+	checkpoint := func(seq string) {
+		if len(given) > 0 {
+			held = seq
+			return
+		}
+		l.checkpoint(seq)
+	}
+	defer func() {
+		if ctx.Err() != nil || !l.flush(ctx, given) {
+			return
+		}
+		if held != "" {
+			l.checkpoint(held)
+		}
+	}()
+	giveUp := func(recs []*record, condition string, u unit) {
+		i := slices.IndexFunc(given, func(g *givenUp) bool { return g.condition == condition })
+		if i < 0 {
+			given = append(given, &givenUp{condition: condition})
+			i = len(given) - 1
+		}
+		given[i].add(recs, u)
+		m.log.WarnContext(ctx, "esm: records given up", "shard_id", l.s.id, "lane", l.idx, "condition", condition,
+			"sequence_number", recs[0].seq, "end_sequence_number", recs[len(recs)-1].seq, "records", len(recs))
+		checkpoint(recs[len(recs)-1].seq)
+	}
 	for len(work) > 0 {
 		if ctx.Err() != nil {
 			return
@@ -174,7 +206,7 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 		u := work[0]
 		work = work[1:]
 
-		if !l.beforeInvoke(ctx, &u) {
+		if !l.beforeInvoke(ctx, &u, giveUp, checkpoint) {
 			return
 		}
 		if len(u.recs) == 0 {
@@ -190,21 +222,19 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 		first, last := u.recs[0].seq, u.recs[len(u.recs)-1].seq
 		switch {
 		case res.err == nil && res.failedIdx < 0:
-			l.checkpoint(last)
+			checkpoint(last)
 
 		case res.err == nil:
 			i := res.failedIdx
 			m.emit(Event{Type: EventPartialFailure, ShardID: l.s.id, Lane: l.idx, FirstSeq: first, LastSeq: last,
 				Size: len(u.recs), Attempt: u.retries, RequestID: res.last.requestID, FailedSeq: u.recs[i].seq})
 			if i > 0 {
-				l.checkpoint(u.recs[i-1].seq)
+				checkpoint(u.recs[i-1].seq)
 			}
 			rest := u
 			rest.recs = u.recs[i:]
 			if l.exhausted(rest.retries) {
-				if !l.giveUp(ctx, rest.recs, ConditionRetryAttemptsExhausted, rest) {
-					return
-				}
+				giveUp(rest.recs, ConditionRetryAttemptsExhausted, rest)
 				continue
 			}
 			rest.retries++
@@ -228,9 +258,7 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 				continue
 			}
 			if l.exhausted(u.retries) {
-				if !l.giveUp(ctx, u.recs, ConditionRetryAttemptsExhausted, u) {
-					return
-				}
+				giveUp(u.recs, ConditionRetryAttemptsExhausted, u)
 				continue
 			}
 			u.retries++
@@ -246,17 +274,15 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 // MaximumRecordAge, and waits while the shard's invocations are throttled (checking again
 // after each wait: a throttled batch is retried until its records expire). It returns false
 // when ctx ended.
-func (l *lane) beforeInvoke(ctx context.Context, u *unit) bool {
+func (l *lane) beforeInvoke(ctx context.Context, u *unit, giveUp func([]*record, string, unit), checkpoint func(string)) bool {
 	m := l.s.m
 	for {
 		if n := l.trimmed(u.recs); n > 0 {
-			l.drop(ctx, u.recs[:n])
+			l.drop(ctx, u.recs[:n], checkpoint)
 			u.recs = u.recs[n:]
 		}
 		if n := l.expired(u.recs); n > 0 {
-			if !l.giveUp(ctx, u.recs[:n], ConditionRecordAgeExceeded, *u) {
-				return false
-			}
+			giveUp(u.recs[:n], ConditionRecordAgeExceeded, *u)
 			u.recs = u.recs[n:]
 		}
 		if len(u.recs) == 0 || m.throttled == nil || !m.throttled(l.s.id) {
@@ -288,13 +314,14 @@ func (l *lane) trimmed(recs []*record) int {
 	return n
 }
 
-// drop discards records that expired from the stream and moves the checkpoint past them.
-func (l *lane) drop(ctx context.Context, recs []*record) {
+// drop discards records that expired from the stream and moves the checkpoint past them
+// (through checkpoint, which holds it while a given-up message of the batch is unsent).
+func (l *lane) drop(ctx context.Context, recs []*record, checkpoint func(string)) {
 	m := l.s.m
 	m.emit(Event{Type: EventRecordsTrimmed, ShardID: l.s.id, Lane: l.idx, FirstSeq: recs[0].seq, LastSeq: recs[len(recs)-1].seq, Size: len(recs)})
 	m.log.WarnContext(ctx, "esm: records expired from the stream before they were processed", "shard_id", l.s.id, "lane", l.idx,
 		"sequence_number", recs[0].seq, "end_sequence_number", recs[len(recs)-1].seq, "records", len(recs))
-	l.checkpoint(recs[len(recs)-1].seq)
+	checkpoint(recs[len(recs)-1].seq)
 }
 
 func (l *lane) exhausted(retries int) bool {
@@ -317,23 +344,33 @@ func (l *lane) expired(recs []*record) int {
 	return n
 }
 
-// giveUp sends recs to the OnFailure destination under condition and moves the checkpoint
-// past them. It returns false when ctx ended before the message was accepted.
-func (l *lane) giveUp(ctx context.Context, recs []*record, condition string, u unit) bool {
+// flush sends the batch's consolidated OnFailure messages, in sequence order, once the batch
+// is done (every record succeeded, expired or was given up). A message that cannot be
+// delivered is counted (DestinationDeliveryFailures) and its records stay discarded, as on AWS.
+// It reports false when ctx ended first (the mapping is stopping): a message is left unsent.
+func (l *lane) flush(ctx context.Context, given []*givenUp) bool {
 	m := l.s.m
-	msg := m.failureMessage(l.s.id, recs, condition, u.invokes, u.last)
-	if err := m.sendFailure(ctx, msg); err != nil {
-		return false
+	slices.SortFunc(given, func(a, b *givenUp) int { return seqnum.Compare(a.first.seq, b.first.seq) })
+	for _, g := range given {
+		msg := m.failureMessage(l.s.id, g)
+		err := m.deliver(ctx, msg)
+		if err != nil && !errors.Is(err, ErrDestinationDelivery) {
+			return false // ctx ended: the mapping is stopping
+		}
+		typ := EventRetriesExhausted
+		if g.condition == ConditionRecordAgeExceeded {
+			typ = EventRecordsExpired
+		}
+		ev := Event{Type: typ, ShardID: l.s.id, Lane: l.idx, FirstSeq: g.first.seq, LastSeq: g.last.seq,
+			Size: g.size, Attempt: g.retries, RequestID: msg.RequestContext.RequestID, Failure: msg}
+		m.emit(ev)
+		if err != nil {
+			ev.Type, ev.Err = EventDestinationDeliveryFailed, err
+			m.emit(ev)
+			m.log.ErrorContext(ctx, "esm: OnFailure message not delivered; its records are discarded", "shard_id", l.s.id,
+				"lane", l.idx, "sequence_number", g.first.seq, "end_sequence_number", g.last.seq, "records", g.size, "error", err)
+		}
 	}
-	typ := EventRetriesExhausted
-	if condition == ConditionRecordAgeExceeded {
-		typ = EventRecordsExpired
-	}
-	m.emit(Event{Type: typ, ShardID: l.s.id, Lane: l.idx, FirstSeq: recs[0].seq, LastSeq: recs[len(recs)-1].seq,
-		Size: len(recs), Attempt: u.retries, RequestID: msg.RequestContext.RequestID, Failure: msg})
-	m.log.WarnContext(ctx, "esm: records given up", "shard_id", l.s.id, "lane", l.idx, "condition", condition,
-		"sequence_number", recs[0].seq, "end_sequence_number", recs[len(recs)-1].seq, "records", len(recs))
-	l.checkpoint(recs[len(recs)-1].seq)
 	return true
 }
 

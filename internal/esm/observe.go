@@ -21,15 +21,20 @@ const (
 	// EventBisected: a failed batch was split in two (FirstSeq..LastSeq is the batch, Size its
 	// length, FailedSeq the first record of the second half).
 	EventBisected EventType = "bisected"
-	// EventRetriesExhausted: the batch was given up after MaximumRetryAttempts retries;
-	// Failure is the OnFailure message (sent when a queue is configured).
+	// EventRetriesExhausted: records were given up after MaximumRetryAttempts retries; Failure
+	// is the OnFailure message (sent when a queue is configured), consolidated per batch:
+	// FirstSeq..LastSeq is its range and Size its batchSize, the records given up.
 	EventRetriesExhausted EventType = "retries_exhausted"
 	// EventRecordsExpired: records older than MaximumRecordAge were dropped; Failure is the
-	// OnFailure message.
+	// OnFailure message (consolidated per batch like EventRetriesExhausted).
 	EventRecordsExpired EventType = "records_expired"
 	// EventRecordsTrimmed: records read but not done expired from the stream (its retention
 	// period passed) and were dropped without an OnFailure message; Size is their number.
 	EventRecordsTrimmed EventType = "records_trimmed"
+	// EventDestinationDeliveryFailed: the OnFailure message Failure could not be delivered (Err
+	// wraps ErrDestinationDelivery); its records are discarded without a trace in the
+	// destination. Lambda counts these in the DestinationDeliveryFailures metric.
+	EventDestinationDeliveryFailed EventType = "destination_delivery_failed"
 	// EventCheckpoint: a lane's checkpoint moved to Checkpoint (every record of the lane up to it
 	// is done: succeeded, expired or given up).
 	EventCheckpoint EventType = "checkpoint"

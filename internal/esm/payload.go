@@ -143,7 +143,11 @@ var ErrBadResponse = errors.New("esm: batch item failure response is a complete 
 // parseResponse applies Lambda's rules for ReportBatchItemFailures
 // (https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html):
 //   - complete success: an empty or null response, or an empty or null batchItemFailures list
-//     (a response object without the key has a null list);
+//     (a response object without the key has a null list); also a response that is an empty
+//     JSON array: AWS recorded it as success (one invocation, no retry) in LocalStack's
+//     snapshot test test_kinesis_report_batch_item_success_scenarios[empty_list_success]
+//     (tests/aws/services/lambda_/event_source_mapping/test_lambda_integration_kinesis.snapshot.json,
+//     recorded against AWS on 2025-11-25);
 //   - complete failure: an itemIdentifier that is an empty string, null, or under a wrong key
 //     name; here also an identifier that is not a sequence number of the batch, and a response
 //     that is not a JSON object (unparseable);
@@ -155,6 +159,10 @@ func parseResponse(resp []byte, recs []*record) (int, error) {
 	resp = bytes.TrimSpace(resp)
 	if len(resp) == 0 || bytes.Equal(resp, []byte("null")) {
 		return -1, nil
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(resp, &list) == nil && len(list) == 0 {
+		return -1, nil // `[]`: success on AWS (see above)
 	}
 	var body map[string]json.RawMessage
 	if err := json.Unmarshal(resp, &body); err != nil {

@@ -27,13 +27,25 @@ const (
 // ErrMalformed is wrapped by Parse errors: the message cannot name a range to re-read.
 var ErrMalformed = errors.New("malformed on-failure message")
 
-// Message is one invocation record.
+// Message is one invocation record. Variants AWS sends, all parsed (see the tests' fixtures,
+// recorded on AWS):
+//   - responseContext is absent on a RecordAgeExceeded message, even after invocations; its
+//     functionError is null after a partial batch response and "Unhandled" after a function
+//     error;
+//   - approximateInvokeCount is at least 1, also for records never invoked;
+//   - batchSize can exceed 1 with BisectBatchOnFunctionError: Lambda "consolidates failed
+//     messages metadata" (CloudFormation, AWS::Lambda::EventSourceMapping
+//     BisectBatchOnFunctionError), so the range startSequenceNumber..endSequenceNumber may hold
+//     records that succeeded (and, with ParallelizationFactor > 1, other lanes' records):
+//     batchSize is not the number of records in the range. A consumer must re-read the whole
+//     range and check each record, as the reconciler does.
 type Message struct {
-	RequestContext   RequestContext  `json:"requestContext"`
-	ResponseContext  ResponseContext `json:"responseContext"`
-	Version          string          `json:"version"`
-	Timestamp        string          `json:"timestamp"`
-	KinesisBatchInfo BatchInfo       `json:"KinesisBatchInfo"`
+	RequestContext RequestContext `json:"requestContext"`
+	// ResponseContext is nil when the message has none (RecordAgeExceeded).
+	ResponseContext  *ResponseContext `json:"responseContext,omitempty"`
+	Version          string           `json:"version"`
+	Timestamp        string           `json:"timestamp"`
+	KinesisBatchInfo BatchInfo        `json:"KinesisBatchInfo"`
 }
 
 // RequestContext says which invocation failed and why.
@@ -44,7 +56,8 @@ type RequestContext struct {
 	ApproximateInvokeCount int    `json:"approximateInvokeCount"`
 }
 
-// ResponseContext is the last invocation's outcome.
+// ResponseContext is the last invocation's outcome; FunctionError is "" when AWS sent null (the
+// function answered with a partial batch response).
 type ResponseContext struct {
 	StatusCode      int    `json:"statusCode"`
 	ExecutedVersion string `json:"executedVersion"`

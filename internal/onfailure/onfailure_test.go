@@ -2,6 +2,8 @@ package onfailure
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -53,3 +55,50 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// Every variant AWS sends parses: bodies recorded on AWS (testdata/README.md).
+func TestParseRecordedOnAWS(t *testing.T) {
+	const first = "49659013567040981547806411413924417826734318779281620994"
+	tests := []struct {
+		file          string
+		condition     string
+		invokes       int
+		functionError *string // nil: no responseContext
+		seq           string  // start and end: each recorded message names one record
+	}{
+		{"aws-retry-attempts-exhausted-unhandled.json", ConditionRetryAttemptsExhausted, 2, ptr("Unhandled"), first},
+		{"aws-retry-attempts-exhausted-partial.json", ConditionRetryAttemptsExhausted, 4, ptr(""), "49659013567040981547806411413925626752553933408456327170"},
+		{"aws-record-age-exceeded-while-retrying.json", ConditionRecordAgeExceeded, 8, nil, first},
+		{"aws-record-age-exceeded-never-invoked.json", ConditionRecordAgeExceeded, 1, nil, first},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			body, err := os.ReadFile(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := Parse(body)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			rc := m.RequestContext
+			if rc.Condition != tc.condition || rc.ApproximateInvokeCount != tc.invokes {
+				t.Errorf("requestContext %+v", rc)
+			}
+			switch {
+			case tc.functionError == nil && m.ResponseContext != nil:
+				t.Errorf("responseContext %+v, want none", m.ResponseContext)
+			case tc.functionError != nil && (m.ResponseContext == nil || m.ResponseContext.FunctionError != *tc.functionError ||
+				m.ResponseContext.StatusCode != 200):
+				t.Errorf("responseContext %+v, want functionError %q", m.ResponseContext, *tc.functionError)
+			}
+			b := m.KinesisBatchInfo
+			if b.StreamName() != "orders" || b.ShardID != "shardId-000000000000" || b.BatchSize != 1 ||
+				b.StartSequenceNumber != tc.seq || b.EndSequenceNumber != tc.seq {
+				t.Errorf("KinesisBatchInfo %+v", b)
+			}
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }

@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/metrics"
 	"github.com/gapless-dev/gapless/internal/onfailure"
@@ -24,11 +29,48 @@ type Handler struct {
 	r    *Reconciler
 	emit Emitter
 	log  *slog.Logger
+
+	release    releaseAPI
+	minAttempt time.Duration
+	reserve    time.Duration
+	queueURLs  sync.Map // event source ARN -> queue URL
 }
 
+// releaseAPI is what the handler needs to put an untried on-failure message back on its queue
+// (*sqs.Client).
+type releaseAPI interface {
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}
+
+var _ releaseAPI = (*sqs.Client)(nil)
+
+// HandlerOption configures a Handler.
+type HandlerOption func(*Handler)
+
+// WithRelease lets HandleSQS release the messages of a batch it had no time to try: each goes
+// back to its queue (named by the record's eventSourceARN) as a fresh message, and the original
+// is reported as done, so a message never spends a receive — and never moves toward the failure
+// queue's dead-letter queue — without a real attempt at its range. Without it (or when the
+// send fails) an untried message is reported as failed, which costs it a receive.
+func WithRelease(c releaseAPI) HandlerOption { return func(h *Handler) { h.release = c } }
+
+// WithMinAttempt sets the least time left before the invocation's deadline for HandleSQS to
+// start on another message of the batch (default 30s); the rest are released. The first
+// message is always tried.
+func WithMinAttempt(d time.Duration) HandlerOption { return func(h *Handler) { h.minAttempt = d } }
+
+// WithReleaseReserve sets the time kept, before the invocation's deadline, for releasing the
+// untried messages after a replay (default 2s): a replay's context ends that much earlier.
+func WithReleaseReserve(d time.Duration) HandlerOption { return func(h *Handler) { h.reserve = d } }
+
 // NewHandler wires a Handler.
-func NewHandler(r *Reconciler, emit Emitter, log *slog.Logger) *Handler {
-	return &Handler{r: r, emit: emit, log: log}
+func NewHandler(r *Reconciler, emit Emitter, log *slog.Logger, opts ...HandlerOption) *Handler {
+	h := &Handler{r: r, emit: emit, log: log, minAttempt: 30 * time.Second, reserve: 2 * time.Second}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
 // Summary is the scheduled pass's response (visible in `gapless invoke` and the console).
@@ -96,17 +138,43 @@ func (h *Handler) HandleSchedule(ctx context.Context) (Summary, error) {
 	return sum, err
 }
 
-// HandleSQS replays the ranges named by on-failure messages. A message is reported as failed
-// (so SQS redelivers it, and after maxReceiveCount moves it to the failure queue's DLQ) when it
-// is malformed, names another stream, or its range is not yet fully accounted for. Nothing is
-// dropped silently: every such case is an ERROR log line with the message id.
+// HandleSQS replays the ranges named by on-failure messages, in order, and answers with a
+// partial batch response (the SQS event source has FunctionResponseTypes
+// [ReportBatchItemFailures]): only the messages it names are retried by SQS, and after
+// maxReceiveCount receives a message moves to the failure queue's dead-letter queue.
+//
+// A message is reported as failed when it is malformed, names another stream, or a real attempt
+// at its range failed or left it not fully accounted for: every such case is an ERROR line with
+// the message id. A message must not reach the dead-letter queue without real attempts, so one
+// replay that spends the invocation's time must not fail the others untried: once less than the
+// minimum attempt time (WithMinAttempt) is left before the deadline, the remaining messages are
+// released (WithRelease) — sent again to their queue as fresh messages, receive count zero —
+// and reported as done. The first message of a batch is always tried, so every invocation
+// attempts at least one range. Replays end WithReleaseReserve before the deadline to leave time
+// for the releases. A release that fails reports the message as failed (it costs a receive but
+// is never lost); a crash after a release leaves both copies, and the second replay of a range
+// finds it accounted for.
 func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSEventResponse {
 	var resp events.SQSEventResponse
 	var total ShardReport
-	for _, msg := range ev.Records {
+	deadline, hasDeadline := ctx.Deadline()
+	for i, msg := range ev.Records {
 		fail := func(reason string, args ...any) {
 			h.log.ErrorContext(ctx, reason, append([]any{"message_id", msg.MessageId, "group", h.r.cfg.Group}, args...)...)
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
+		}
+		if i > 0 && hasDeadline && time.Until(deadline) < h.minAttempt {
+			for _, rest := range ev.Records[i:] {
+				if err := h.releaseMessage(ctx, rest); err != nil {
+					h.log.ErrorContext(ctx, "on-failure message not tried and not released: it will be retried (this costs it a receive)",
+						"message_id", rest.MessageId, "group", h.r.cfg.Group, "error", err)
+					resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rest.MessageId})
+					continue
+				}
+				h.log.InfoContext(ctx, "on-failure message not tried in this invocation: released to its queue without counting a receive",
+					"message_id", rest.MessageId, "group", h.r.cfg.Group)
+			}
+			break
 		}
 		m, err := onfailure.Parse([]byte(msg.Body))
 		if err != nil {
@@ -118,7 +186,12 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 			fail("on-failure message names another stream: left for the dead-letter queue", "stream", b.StreamName())
 			continue
 		}
-		rep, err := h.r.ReplayRange(ctx, b.ShardID, b.StartSequenceNumber, b.EndSequenceNumber)
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if hasDeadline {
+			rctx, cancel = context.WithDeadline(ctx, deadline.Add(-h.reserve))
+		}
+		rep, err := h.r.ReplayRange(rctx, b.ShardID, b.StartSequenceNumber, b.EndSequenceNumber)
+		cancel()
 		total.add(rep.ShardReport)
 		switch {
 		case err != nil:
@@ -130,11 +203,56 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 		default:
 			h.log.InfoContext(ctx, "on-failure range accounted for", "shard_id", b.ShardID, "condition", m.RequestContext.Condition,
 				"start_sequence_number", b.StartSequenceNumber, "end_sequence_number", b.EndSequenceNumber,
-				"gaps_replayed", rep.GapsReplayed, "parked", rep.Parked)
+				"batch_size", b.BatchSize, "gaps_replayed", rep.GapsReplayed, "parked", rep.Parked)
 		}
 	}
 	h.emitReport(total, -1)
 	return resp
+}
+
+// ErrNoRelease is wrapped by a release that cannot be made (no SQS client, or a record without
+// an SQS eventSourceARN).
+var ErrNoRelease = errors.New("reconcile: cannot release the message")
+
+// releaseMessage sends msg's body again to the queue it came from. The send gets its own short
+// context: it runs after the replays, close to the deadline.
+func (h *Handler) releaseMessage(ctx context.Context, msg events.SQSMessage) error {
+	if h.release == nil {
+		return fmt.Errorf("%w: no SQS client (WithRelease)", ErrNoRelease)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	url, err := h.queueURL(ctx, msg.EventSourceARN)
+	if err != nil {
+		return err
+	}
+	_, err = h.release.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(msg.Body)})
+	if err != nil {
+		return fmt.Errorf("reconcile: release message %s to %s: %w", msg.MessageId, url, err)
+	}
+	return nil
+}
+
+// queueURL resolves an SQS queue ARN (arn:aws:sqs:<region>:<account>:<name>) to its URL, once.
+func (h *Handler) queueURL(ctx context.Context, arn string) (string, error) {
+	if u, ok := h.queueURLs.Load(arn); ok {
+		return u.(string), nil
+	}
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[2] != "sqs" || parts[5] == "" {
+		return "", fmt.Errorf("%w: eventSourceARN %q is not an SQS queue ARN", ErrNoRelease, arn)
+	}
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+	if parts[4] != "" {
+		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	}
+	out, err := h.release.GetQueueUrl(ctx, in)
+	if err != nil {
+		return "", fmt.Errorf("reconcile: queue URL of %s: %w", arn, err)
+	}
+	url := aws.ToString(out.QueueUrl)
+	h.queueURLs.Store(arn, url)
+	return url, nil
 }
 
 func (h *Handler) emitReport(s ShardReport, lagSeconds float64) {

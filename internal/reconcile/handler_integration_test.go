@@ -25,7 +25,7 @@ func failureMessage(t *testing.T, stream, shardID, first, last string, n int) st
 	t.Helper()
 	m := onfailure.Message{
 		RequestContext:  onfailure.RequestContext{RequestID: "c1d0e5b2-0000-4000-8000-000000000001", FunctionARN: "arn:aws:lambda:us-east-1:000000000000:function:consumer", Condition: onfailure.ConditionRetryAttemptsExhausted, ApproximateInvokeCount: 3},
-		ResponseContext: onfailure.ResponseContext{StatusCode: 200, ExecutedVersion: "$LATEST", FunctionError: "Unhandled"},
+		ResponseContext: &onfailure.ResponseContext{StatusCode: 200, ExecutedVersion: "$LATEST", FunctionError: "Unhandled"},
 		Version:         "1.0",
 		Timestamp:       time.Now().UTC().Format(time.RFC3339Nano),
 		KinesisBatchInfo: onfailure.BatchInfo{
