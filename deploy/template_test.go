@@ -235,7 +235,7 @@ func TestDefaultsLoad(t *testing.T) {
 			case p != "" && get(c.root, "Parameters", p) != nil:
 				out[name] = defaults[p]
 			case name == config.EnvStreamARN: // the ARN of the stream named by STREAM_NAME
-				out[name] = "arn:aws:kinesis:us-east-1:111122223333:stream/placeholder-" + strings.ToLower(config.EnvStreamName)
+				out[name] = "arn:aws:kinesis:us-east-1:111122223333:stream/placeholder-" + strings.ReplaceAll(strings.ToLower(config.EnvStreamName), "_", "-")
 			default: // a resource: table name, queue URL, stream name
 				out[name] = "placeholder-" + strings.ReplaceAll(strings.ToLower(name), "_", "-") // a valid bucket name too
 			}
