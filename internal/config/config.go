@@ -41,6 +41,16 @@ const (
 	DefaultSettleAfter       = 30 * time.Minute
 )
 
+// The event-source mapping's defaults in template.yaml (parameters MaximumRetryAttempts and
+// MaximumRecordAgeSeconds): finite, so that no record blocks a shard for long; what the mapping
+// gives up on reaches the reconciler through the failure queue. docs/deploy.md explains the
+// choice; deploy/template_test.go ties these to the template, and the demo's mapping uses them
+// unless its flags say otherwise.
+const (
+	DefaultMappingRetryAttempts = 10
+	DefaultMappingMaxRecordAge  = 6 * time.Hour
+)
+
 // ConsumerRequired and ReconcilerRequired list the variables without defaults.
 var (
 	ConsumerRequired   = []string{EnvGroup, EnvCheckpointTable, EnvDedupeTable, EnvParkedQueueURL, EnvTargetQueueURL}
