@@ -225,11 +225,11 @@ func (c Config) String() string {
 		"slowfor=" + c.SlowFor.String(),
 		"crash=" + f(c.Crash),
 		"hang=" + f(c.Hang),
-		"poison=" + strconv.FormatBool(c.Poison),
 	}
 	if c.HangFor > 0 {
 		parts = append(parts, "hangfor="+c.HangFor.String())
 	}
+	parts = append(parts, "poison="+strconv.FormatBool(c.Poison))
 	if c.StateDir != "" {
 		parts = append(parts, "state="+c.StateDir)
 	}

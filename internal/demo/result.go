@@ -19,6 +19,7 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 			r.PoisonProduced++
 		}
 	}
+	r.Killers = v.killers(v.e.cfg.Parallelization)
 	produced := map[string]bool{}
 	for _, w := range v.writes.records() {
 		produced[w.id] = true
