@@ -122,7 +122,7 @@ func Markdown(res *Result) string {
 	fmt.Fprintf(&b, "Workload: %d records (%d partition keys) at %d/s over %d shards, ParallelizationFactor %d, batch size %d, "+
 		"function timeout %s, MaximumRetryAttempts %d, MaximumRecordAgeInSeconds %s, bisect %v; gapless parks after %d failed attempts, reconciler every %s "+
 		"with a settle window of %s.\n\n", s.Records, s.Keys, s.Rate, s.Shards, s.Parallelization, s.BatchSize,
-		s.FunctionTimeout, s.RetryAttempts, strings.Replace(orDash(s.MaxRecordAge), "0s", "off", 1), s.Bisect, s.MaxRecordAttempts, s.Reconcile, s.SettleAfter)
+		s.FunctionTimeout, s.RetryAttempts, recordAge(s.MaxRecordAge), s.Bisect, s.MaxRecordAttempts, s.Reconcile, s.SettleAfter)
 	if s.Duration != "0s" {
 		fmt.Fprintf(&b, "Soak: production spread over %s.\n\n", s.Duration)
 	}
@@ -414,4 +414,12 @@ func killerSection(res *Result) string {
 			"the reconciler; %d still held when the run ended.\n", k.Parked, k.Produced(), k.GivenUpRetry+k.GivenUpAge, k.Held)
 	}
 	return b.String()
+}
+
+// recordAge shows a MaximumRecordAgeInSeconds setting ("0s": off).
+func recordAge(d string) string {
+	if d == "" || d == "0s" {
+		return "off"
+	}
+	return d
 }
