@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,5 +155,34 @@ func TestKillerFates(t *testing.T) {
 	}
 	if ks.Delivered != 1 || ks.Parked != 1 || ks.GivenUpRetry != 1 || ks.GivenUpAge != 1 || ks.Held != 2 {
 		t.Fatalf("counts %+v", ks)
+	}
+}
+
+// TestKillerSection: the report names what the mapping alone did with the killers.
+func TestKillerSection(t *testing.T) {
+	res := sampleResult()
+	if strings.Contains(Markdown(res), "## Killer records") {
+		t.Fatal("a run without killers has a killer section")
+	}
+	res.Settings.RetryAttempts = 10
+	res.Baseline.Killers = KillerStats{Crash: 4, Hang: 8, GivenUpRetry: 9, GivenUpAge: 1, Held: 2}
+	res.Gapless.Killers = KillerStats{Crash: 4, Hang: 8, Parked: 12}
+	md := Markdown(res)
+	for _, s := range []string{
+		"## Killer records",
+		"| produced | 12 | 12 |",
+		"| parked with their payload | 0 | 12 |",
+		"| given up by the mapping: retries exhausted | 9 | 0 |",
+		"| held: still retried, lane blocked, when the run ended | 2 | 0 |",
+		"of 12 killers it gave up on 9 after MaximumRetryAttempts (10) and discarded 1 for their age",
+		"2 were still being retried",
+		"| killer records produced (crash / hang) | 4 / 8 | 4 / 8 |",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("markdown lacks %q", s)
+		}
+	}
+	if tab := Table(res); !strings.Contains(tab, "of which killers (crash / hang)") {
+		t.Errorf("table lacks the killers row:\n%s", tab)
 	}
 }
