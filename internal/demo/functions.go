@@ -105,11 +105,7 @@ func (p *inProcess) schedule(ctx context.Context, kill bool) (reconcile.Summary,
 	}
 	ctx, k, cancel := p.arm(ctx, kill)
 	defer cancel()
-	var sum reconcile.Summary
-	err := runInvocation(ctx, func(ctx context.Context) (err error) {
-		sum, err = p.rec.HandleSchedule(ctx)
-		return err
-	})
+	sum, err := runInvocation(ctx, p.rec.HandleSchedule)
 	if (k != nil && k.fired()) || errors.Is(err, errRuntimeExited) {
 		return reconcile.Summary{}, true, nil
 	}
@@ -122,10 +118,8 @@ func (p *inProcess) failures(ctx context.Context, ev events.SQSEvent, kill bool)
 	}
 	ctx, k, cancel := p.arm(ctx, kill)
 	defer cancel()
-	var resp events.SQSEventResponse
-	err := runInvocation(ctx, func(ctx context.Context) error {
-		resp = p.rec.HandleSQS(ctx, ev)
-		return nil
+	resp, err := runInvocation(ctx, func(ctx context.Context) (events.SQSEventResponse, error) {
+		return p.rec.HandleSQS(ctx, ev), nil
 	})
 	if (k != nil && k.fired()) || errors.Is(err, errRuntimeExited) {
 		return events.SQSEventResponse{}, true, nil
@@ -157,12 +151,7 @@ func (p *inProcess) killed() (int, string) {
 type invokerFunc func(ctx context.Context, payload []byte) ([]byte, error)
 
 func (f invokerFunc) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
-	var out []byte
-	err := runInvocation(ctx, func(ctx context.Context) (err error) {
-		out, err = f(ctx, payload)
-		return err
-	})
-	return out, err
+	return runInvocation(ctx, func(ctx context.Context) ([]byte, error) { return f(ctx, payload) })
 }
 
 // errRuntimeExited is the function error of an in-process invocation whose runtime a crash
@@ -195,31 +184,38 @@ func (a *runtimeArm) kill(cause error, crash bool) {
 }
 
 // runInvocation runs fn as one invocation: in its own goroutine with a runtimeArm in its
-// context and a Lambda request id. It returns fn's error, a panic escaping fn as a function
+// context and a Lambda request id. It returns fn's result, a panic escaping fn as a function
 // error, errRuntimeExited at once when a crash killer ends the runtime, or ctx's error at ctx's
-// end (the timeout) while fn may still be running: its later calls then fail.
-func runInvocation(ctx context.Context, fn func(ctx context.Context) error) error {
+// end (the timeout) while fn may still be running: its later calls then fail, and its result
+// is dropped.
+func runInvocation[T any](ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
 	ictx, cancel := context.WithCancelCause(ctx)
 	arm := &runtimeArm{died: make(chan struct{}), cancel: cancel}
 	ictx = context.WithValue(ictx, runtimeKey{}, arm)
-	ch := make(chan error, 1)
+	ch := make(chan result, 1)
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				ch <- fmt.Errorf("Runtime.Panic: %v", v)
+				ch <- result{err: fmt.Errorf("Runtime.Panic: %v", v)}
 			}
 		}()
-		ch <- fn(lambdaContext(ictx))
+		v, err := fn(lambdaContext(ictx))
+		ch <- result{v, err}
 	}()
+	var zero T
 	select {
-	case err := <-ch:
+	case r := <-ch:
 		cancel(nil)
-		return err
+		return r.v, r.err
 	case <-arm.died:
-		return errRuntimeExited
+		return zero, errRuntimeExited
 	case <-ctx.Done():
 		arm.kill(ctx.Err(), false)
-		return ctx.Err()
+		return zero, ctx.Err()
 	}
 }
 

@@ -45,6 +45,10 @@ func TestInProcessCrashAbandonsTheInvocation(t *testing.T) {
 		_, err := client.SendMessage(context.WithoutCancel(ctx), &sqs.SendMessageInput{QueueUrl: aws.String("http://q/1"), MessageBody: aws.String("x")})
 		return err
 	}
+	invoke := func(ctx context.Context, fn func(context.Context) error) error {
+		_, err := runInvocation(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+		return err
+	}
 	cfg := chaos.Config{Seed: 1, Crash: 1}
 	ch, err := chaos.New(cfg, chaos.WithCrash(crashInProcess))
 	if err != nil {
@@ -52,7 +56,7 @@ func TestInProcessCrashAbandonsTheInvocation(t *testing.T) {
 	}
 
 	// A live invocation reaches the service (the counter can count).
-	if err := runInvocation(context.Background(), send); err != nil || requests.Load() != 1 {
+	if err := invoke(context.Background(), send); err != nil || requests.Load() != 1 {
 		t.Fatalf("live invocation: %v, %d requests; want nil, 1", err, requests.Load())
 	}
 
@@ -60,7 +64,7 @@ func TestInProcessCrashAbandonsTheInvocation(t *testing.T) {
 	release := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err = runInvocation(ctx, func(ctx context.Context) error {
+	err = invoke(ctx, func(ctx context.Context) error {
 		err := ch.Before(ctx, "killer", nil)
 		<-release // the dead invocation's code goes on only after its caller has moved on
 		after <- send(ctx)
@@ -84,7 +88,7 @@ func TestInProcessCrashAbandonsTheInvocation(t *testing.T) {
 	tctx, tcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer tcancel()
 	hung := make(chan struct{})
-	err = runInvocation(tctx, func(ctx context.Context) error {
+	err = invoke(tctx, func(ctx context.Context) error {
 		<-hung // ignores its context, like a hang killer
 		after <- send(ctx)
 		return nil
