@@ -34,8 +34,8 @@ var wantParameterDefaults = map[string]string{
 	"BatchSize":                  "100",
 	"BatchingWindowSeconds":      "1",
 	"ParallelizationFactor":      "4",
-	"MaximumRetryAttempts":       "-1",
-	"MaximumRecordAgeSeconds":    "-1",
+	"MaximumRetryAttempts":       "10",
+	"MaximumRecordAgeSeconds":    "21600",
 	"BisectBatchOnFunctionError": "true",
 	"StartingPosition":           "TRIM_HORIZON",
 	"ConsumerTimeoutSeconds":     "60",
@@ -63,6 +63,12 @@ func TestParameterDefaults(t *testing.T) {
 	}
 	if got := c.paramDefaultInt("MaxConcurrency"); got != config.DefaultMaxConcurrency {
 		t.Errorf("MaxConcurrency default %d, config.DefaultMaxConcurrency %d", got, config.DefaultMaxConcurrency)
+	}
+	if got := c.paramDefaultInt("MaximumRetryAttempts"); got != config.DefaultMappingRetryAttempts {
+		t.Errorf("MaximumRetryAttempts default %d, config.DefaultMappingRetryAttempts %d", got, config.DefaultMappingRetryAttempts)
+	}
+	if got := time.Duration(c.paramDefaultInt("MaximumRecordAgeSeconds")) * time.Second; got != config.DefaultMappingMaxRecordAge {
+		t.Errorf("MaximumRecordAgeSeconds default %v, config.DefaultMappingMaxRecordAge %v", got, config.DefaultMappingMaxRecordAge)
 	}
 	for name, want := range map[string]time.Duration{"SettleAfter": config.DefaultSettleAfter, "LedgerTTL": config.DefaultLedgerTTL} {
 		got, err := time.ParseDuration(c.paramDefault(name))
@@ -119,6 +125,19 @@ func checkTiming(t *testing.T, s settings) {
 	retention := time.Duration(s.int(t, "StreamRetentionHours")) * time.Hour
 	if ttl < retention+settle {
 		t.Errorf("LedgerTTL %v < StreamRetentionHours %v + SettleAfter %v", ttl, retention, settle)
+	}
+	// The mapping gives up instead of blocking, and early enough that the reconciler has at
+	// least half the retention left to re-read what it gave up on (docs/deploy.md).
+	if n := s.int(t, "MaximumRetryAttempts"); n < 0 {
+		t.Errorf("MaximumRetryAttempts %d: a record that kills every invocation blocks its shard until it expires", n)
+	}
+	switch age := s.int(t, "MaximumRecordAgeSeconds"); {
+	case age == -1:
+		t.Errorf("MaximumRecordAgeSeconds -1: no bound on how long one record holds its shard")
+	case age < 60:
+		t.Errorf("MaximumRecordAgeSeconds %d: Lambda accepts -1 or 60-604800", age)
+	case time.Duration(age)*time.Second > retention/2:
+		t.Errorf("MaximumRecordAgeSeconds %d is more than half of StreamRetentionHours %v", age, retention)
 	}
 }
 

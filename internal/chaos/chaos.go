@@ -1,11 +1,12 @@
 // Package chaos injects seeded faults into the function's record processing, for the demo and
 // end-to-end tests: transient errors, panics, calls slower than the function timeout (the
-// invocation times out) and, for records whose payload says "poison": true, a permanent error.
+// invocation times out), killer records that crash the runtime process or hang on every
+// attempt, and, for records whose payload says "poison": true, a permanent error.
 //
 // It is configured by one environment variable, GAPLESS_CHAOS, and is off when the variable is
 // absent; template.yaml never sets it. Example:
 //
-//	GAPLESS_CHAOS="seed=42,transient=0.03,panic=0.005,slow=0.002,slowfor=20s"
+//	GAPLESS_CHAOS="seed=42,transient=0.03,panic=0.005,slow=0.002,slowfor=20s,crash=0.002,hang=0.002"
 //
 // Keys (comma-separated key=value, any order, each at most once):
 //
@@ -15,11 +16,22 @@
 //	slow       probability 0..1 that an attempt sleeps slowfor, ignoring its context, so the
 //	           invocation runs past the function timeout (then it fails with ErrSlow)
 //	slowfor    Go duration, default 20s
+//	crash      probability 0..1 that a record is a crash killer: every attempt at it exits the
+//	           runtime process (os.Exit(CrashExitCode), nothing after it runs; see WithCrash)
+//	hang       probability 0..1 that a record is a hang killer: every attempt at it blocks,
+//	           ignoring its context, for hangfor (then it fails with ErrHang)
+//	hangfor    Go duration, default 20s: set it past the function timeout
 //	poison     true|false, default true: payloads with "poison": true fail with ErrPoison
 //	state      directory shared by every process of a run that keeps the attempt counts, so a
 //	           timed-out (killed) runtime does not forget them; default: in memory
 //
-// The three rates are one draw: their sum must not exceed 1.
+// The three per-attempt rates are one draw: their sum must not exceed 1. The two killer rates
+// are another, per record: their sum must not exceed 1 either.
+//
+// Killers: whether a record is a killer, and which kind, is a pure function of (seed, name)
+// (Killer), drawn apart from the per-attempt draws, so a killer misbehaves on every attempt, in
+// every process, in both variants of a demo run, and the demo can count the killers it produced
+// without running anything. A killer is decided before anything else (poison included).
 //
 // Repeatability: each record is named by the "id" field of its JSON payload (loadgen's unique
 // id), or by its record id when the payload has none, so two runs of the same workload with the
@@ -72,7 +84,36 @@ var (
 	ErrPoison = fmt.Errorf("%w: poison record", ErrInjected)
 	// ErrSlow is returned after a slow call has slept (if the runtime was not killed first).
 	ErrSlow = fmt.Errorf("%w: slow call", ErrInjected)
+	// ErrHang is returned after a hang killer's call has blocked for HangFor (if the runtime
+	// was not killed first).
+	ErrHang = fmt.Errorf("%w: hang killer", ErrInjected)
+	// ErrCrash is returned by an attempt at a crash killer only when a WithCrash hook returns
+	// (in-process runtimes); the default hook exits the process.
+	ErrCrash = fmt.Errorf("%w: crash killer", ErrInjected)
 )
+
+// CrashExitCode is the exit status of a runtime process a crash killer ended.
+const CrashExitCode = 86
+
+// Kind is the kind of killer a record is.
+type Kind int
+
+// Kinds of killers.
+const (
+	NotKiller Kind = iota
+	CrashKiller
+	HangKiller
+)
+
+func (k Kind) String() string {
+	switch k {
+	case CrashKiller:
+		return "crash"
+	case HangKiller:
+		return "hang"
+	}
+	return "none"
+}
 
 // Config is a parsed GAPLESS_CHAOS value.
 type Config struct {
@@ -83,10 +124,16 @@ type Config struct {
 	SlowFor   time.Duration
 	Poison    bool
 	StateDir  string
+	// Crash and Hang are per-record probabilities of killers (see Killer).
+	Crash   float64
+	Hang    float64
+	HangFor time.Duration
 }
 
 // DefaultConfig is what an empty value means: seed 1, no random faults, poison on.
-func DefaultConfig() Config { return Config{Seed: 1, SlowFor: DefaultSlowFor, Poison: true} }
+func DefaultConfig() Config {
+	return Config{Seed: 1, SlowFor: DefaultSlowFor, HangFor: DefaultSlowFor, Poison: true}
+}
 
 // Parse reads a GAPLESS_CHAOS value. Errors wrap ErrConfig and name the variable and the key.
 func Parse(s string) (Config, error) {
@@ -116,7 +163,7 @@ func Parse(s string) (Config, error) {
 				return c, bad("seed=%q is not an unsigned integer", v)
 			}
 			c.Seed = n
-		case "transient", "panic", "slow":
+		case "transient", "panic", "slow", "crash", "hang":
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0 || f > 1 {
 				return c, bad("%s=%q is not a probability from 0 to 1", k, v)
@@ -126,15 +173,23 @@ func Parse(s string) (Config, error) {
 				c.Transient = f
 			case "panic":
 				c.Panic = f
-			default:
+			case "slow":
 				c.Slow = f
+			case "crash":
+				c.Crash = f
+			default:
+				c.Hang = f
 			}
-		case "slowfor":
+		case "slowfor", "hangfor":
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return c, bad("slowfor=%q is not a positive duration like 20s", v)
+				return c, bad("%s=%q is not a positive duration like 20s", k, v)
 			}
-			c.SlowFor = d
+			if k == "slowfor" {
+				c.SlowFor = d
+			} else {
+				c.HangFor = d
+			}
 		case "poison":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -147,11 +202,14 @@ func Parse(s string) (Config, error) {
 			}
 			c.StateDir = v
 		default:
-			return c, bad("unknown key %q (known: seed, transient, panic, slow, slowfor, poison, state)", k)
+			return c, bad("unknown key %q (known: seed, transient, panic, slow, slowfor, crash, hang, hangfor, poison, state)", k)
 		}
 	}
 	if sum := c.Transient + c.Panic + c.Slow; sum > 1+1e-9 {
 		return c, bad("transient+panic+slow = %g exceeds 1", sum)
+	}
+	if sum := c.Crash + c.Hang; sum > 1+1e-9 {
+		return c, bad("crash+hang = %g exceeds 1", sum)
 	}
 	return c, nil
 }
@@ -165,53 +223,83 @@ func (c Config) String() string {
 		"panic=" + f(c.Panic),
 		"slow=" + f(c.Slow),
 		"slowfor=" + c.SlowFor.String(),
-		"poison=" + strconv.FormatBool(c.Poison),
+		"crash=" + f(c.Crash),
+		"hang=" + f(c.Hang),
 	}
+	if c.HangFor > 0 {
+		parts = append(parts, "hangfor="+c.HangFor.String())
+	}
+	parts = append(parts, "poison="+strconv.FormatBool(c.Poison))
 	if c.StateDir != "" {
 		parts = append(parts, "state="+c.StateDir)
 	}
 	return strings.Join(parts, ",")
 }
 
-// Stats counts the faults one Chaos injected.
+// Stats counts the faults one Chaos injected (attempts that faulted, not records).
 type Stats struct {
 	Poison    int64 `json:"poison"`
 	Transient int64 `json:"transient"`
 	Panics    int64 `json:"panics"`
 	Slow      int64 `json:"slow"`
+	Crashes   int64 `json:"crashes"` // attempts at crash killers (each one a dead runtime)
+	Hangs     int64 `json:"hangs"`   // attempts at hang killers
 }
 
 // Total is the sum of every kind.
-func (s Stats) Total() int64 { return s.Poison + s.Transient + s.Panics + s.Slow }
+func (s Stats) Total() int64 {
+	return s.Poison + s.Transient + s.Panics + s.Slow + s.Crashes + s.Hangs
+}
 
 // Chaos injects faults. It is safe for concurrent use.
 type Chaos struct {
 	cfg   Config
 	sleep func(time.Duration)
+	crash func(ctx context.Context, name string)
 
 	mu       sync.Mutex
 	attempts map[string]int // without StateDir
 
-	poison, transient, panics, slow atomic.Int64
+	poison, transient, panics, slow, crashes, hangs atomic.Int64
 }
 
 // Option configures a Chaos.
 type Option func(*Chaos)
 
-// WithSleep replaces time.Sleep for slow calls (tests).
+// WithSleep replaces time.Sleep for slow calls and hangs (tests).
 func WithSleep(fn func(time.Duration)) Option { return func(c *Chaos) { c.sleep = fn } }
+
+// WithCrash replaces what an attempt at a crash killer does. The default writes one line to
+// stderr and exits the process with CrashExitCode: the runtime dies mid-record, as on an
+// out-of-memory kill, and nothing of the invocation runs after it. A runtime that hosts the
+// handler in a process it must keep (the demo's in-process runtime) passes a hook that abandons
+// the invocation in ctx instead: its caller must see the invocation end as a crash, nothing of
+// it may be recorded afterwards, and the hook should not return before that holds; when it
+// returns, the attempt fails with ErrCrash.
+func WithCrash(fn func(ctx context.Context, name string)) Option {
+	return func(c *Chaos) { c.crash = fn }
+}
+
+// exit is the default crash: the process dies mid-record.
+func exit(_ context.Context, name string) {
+	fmt.Fprintf(os.Stderr, "chaos: crash killer %s: exiting the runtime process (status %d)\n", name, CrashExitCode)
+	os.Exit(CrashExitCode)
+}
 
 // New returns a Chaos for cfg; with cfg.StateDir it creates the directory.
 func New(cfg Config, opts ...Option) (*Chaos, error) {
 	if cfg.SlowFor <= 0 {
 		cfg.SlowFor = DefaultSlowFor
 	}
+	if cfg.HangFor <= 0 {
+		cfg.HangFor = DefaultSlowFor
+	}
 	if cfg.StateDir != "" {
 		if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 			return nil, fmt.Errorf("%w: state=%s: %v", ErrConfig, cfg.StateDir, err)
 		}
 	}
-	c := &Chaos{cfg: cfg, sleep: time.Sleep, attempts: map[string]int{}}
+	c := &Chaos{cfg: cfg, sleep: time.Sleep, crash: exit, attempts: map[string]int{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -249,7 +337,8 @@ func (c *Chaos) Config() Config { return c.cfg }
 
 // Stats returns the faults injected so far by this Chaos (in this process).
 func (c *Chaos) Stats() Stats {
-	return Stats{Poison: c.poison.Load(), Transient: c.transient.Load(), Panics: c.panics.Load(), Slow: c.slow.Load()}
+	return Stats{Poison: c.poison.Load(), Transient: c.transient.Load(), Panics: c.panics.Load(), Slow: c.slow.Load(),
+		Crashes: c.crashes.Load(), Hangs: c.hangs.Load()}
 }
 
 // Wrap returns a ProcessFunc that runs Before and then next.
@@ -262,11 +351,24 @@ func (c *Chaos) Wrap(next pipeline.ProcessFunc) pipeline.ProcessFunc {
 	}
 }
 
-// Before decides the fate of one attempt at the record called name with payload data: nil to
-// go ahead, ErrPoison, ErrTransient, a panic, or a sleep of SlowFor that ignores ctx (as a
-// handler stuck in a call does) followed by ErrSlow. Handlers that are not a pipeline.ProcessFunc
-// (the demo's baseline) call it directly before processing a record.
-func (c *Chaos) Before(_ context.Context, name string, data []byte) error {
+// Before decides the fate of one attempt at the record called name with payload data: for a
+// killer, the crash (see WithCrash) or a block of HangFor that ignores ctx followed by ErrHang;
+// otherwise nil to go ahead, ErrPoison, ErrTransient, a panic, or a sleep of SlowFor that
+// ignores ctx (as a handler stuck in a call does) followed by ErrSlow. Handlers that are not a
+// pipeline.ProcessFunc (the demo's baseline) call it directly before processing a record.
+func (c *Chaos) Before(ctx context.Context, name string, data []byte) error {
+	switch c.cfg.Killer(name) {
+	case CrashKiller:
+		c.crashes.Add(1)
+		c.recordKiller(name) // before dying: the count survives the process
+		c.crash(ctx, name)
+		return ErrCrash
+	case HangKiller:
+		c.hangs.Add(1)
+		c.recordKiller(name)
+		c.sleep(c.cfg.HangFor)
+		return ErrHang
+	}
 	if c.cfg.Poison && isPoison(data) {
 		c.poison.Add(1)
 		return ErrPoison
@@ -315,6 +417,45 @@ func isPoison(data []byte) bool {
 		Poison bool `json:"poison"`
 	}
 	return json.Unmarshal(data, &p) == nil && p.Poison
+}
+
+// Killer reports whether the record called name is a killer under c, and of which kind: a pure
+// function of (Seed, name), independent of the per-attempt draws.
+func (c Config) Killer(name string) Kind {
+	if c.Crash <= 0 && c.Hang <= 0 {
+		return NotKiller
+	}
+	switch u := draw(c.Seed, killerPrefix+name, 0); {
+	case u < c.Crash:
+		return CrashKiller
+	case u < c.Crash+c.Hang:
+		return HangKiller
+	}
+	return NotKiller
+}
+
+// killerPrefix separates the killer draw of a record from its per-attempt draws.
+const killerPrefix = "\x00killer\x00"
+
+// killersDir is the subdirectory of StateDir that counts the attempts at killers.
+const killersDir = "killers"
+
+// recordKiller appends one attempt at killer name to the state directory, if any.
+func (c *Chaos) recordKiller(name string) {
+	if c.cfg.StateDir == "" {
+		return
+	}
+	dir := filepath.Join(c.cfg.StateDir, killersDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(dir, filepath.Base(c.stateFile(name))), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return // uncounted, not worth failing for (see bump)
+	}
+	_, _ = f.Write([]byte{'x'})
+	_ = f.Sync() // a crash follows at once
+	_ = f.Close()
 }
 
 // draw is the uniform [0,1) value of the k-th draw for name: FNV-1a over (seed, name, k)
@@ -382,7 +523,8 @@ func (c *Chaos) bump(name string) {
 // are gone or out of reach: the k-th fault of a record was its k-th draw, a pure function of
 // (seed, name, k), so the kinds follow from the counts. Two processes that drew for the same
 // record at the same moment both record draw k, which is then read back as draws k and k+1
-// (the total stays exact). Records whose names had to be hashed into a file name cannot be
+// (the total stays exact). Attempts at killers are counted in the killers subdirectory and
+// classified by Killer. Records whose names had to be hashed into a file name cannot be
 // classified; they are returned as unclassified. Poison failures are never recorded.
 func StateStats(cfg Config) (s Stats, unclassified int, err error) {
 	if cfg.StateDir == "" {
@@ -391,6 +533,25 @@ func StateStats(cfg Config) (s Stats, unclassified int, err error) {
 	entries, err := os.ReadDir(cfg.StateDir)
 	if err != nil {
 		return s, 0, fmt.Errorf("chaos: read state %s: %w", cfg.StateDir, err)
+	}
+	if killers, err := os.ReadDir(filepath.Join(cfg.StateDir, killersDir)); err == nil {
+		for _, e := range killers {
+			fi, err := e.Info()
+			if err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			name, n := e.Name(), int64(fi.Size())
+			switch {
+			case !safeName.MatchString(name):
+				unclassified += int(n)
+			case cfg.Killer(name) == CrashKiller:
+				s.Crashes += n
+			case cfg.Killer(name) == HangKiller:
+				s.Hangs += n
+			default:
+				unclassified += int(n)
+			}
+		}
 	}
 	for _, e := range entries {
 		fi, err := e.Info()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -22,9 +24,14 @@ func TestParse(t *testing.T) {
 	}{
 		{name: "empty is defaults", in: "", want: DefaultConfig()},
 		{name: "brief example", in: "seed=42,transient=0.03,panic=0.005,slow=0.002,slowfor=20s",
-			want: Config{Seed: 42, Transient: 0.03, Panic: 0.005, Slow: 0.002, SlowFor: 20 * time.Second, Poison: true}},
+			want: Config{Seed: 42, Transient: 0.03, Panic: 0.005, Slow: 0.002, SlowFor: 20 * time.Second, HangFor: DefaultSlowFor, Poison: true}},
+		{name: "killers", in: "seed=5,crash=0.01,hang=0.02,hangfor=9s",
+			want: Config{Seed: 5, Crash: 0.01, Hang: 0.02, HangFor: 9 * time.Second, SlowFor: DefaultSlowFor, Poison: true}},
+		{name: "killer rates sum above 1", in: "crash=0.7,hang=0.4", wantErr: "crash+hang = 1.1 exceeds 1"},
+		{name: "crash above 1", in: "crash=2", wantErr: `crash="2" is not a probability`},
+		{name: "bad hangfor", in: "hangfor=-1s", wantErr: `hangfor="-1s"`},
 		{name: "spaces and state", in: " seed = 7 , poison=false, state=/tmp/x ",
-			want: Config{Seed: 7, SlowFor: DefaultSlowFor, StateDir: "/tmp/x"}},
+			want: Config{Seed: 7, SlowFor: DefaultSlowFor, HangFor: DefaultSlowFor, StateDir: "/tmp/x"}},
 		{name: "unknown key", in: "seed=1,flaky=0.1", wantErr: `unknown key "flaky"`},
 		{name: "not key=value", in: "seed", wantErr: `"seed" is not key=value`},
 		{name: "duplicate", in: "seed=1,seed=2", wantErr: `key "seed" given twice`},
@@ -342,5 +349,127 @@ func TestStateStats(t *testing.T) {
 	}
 	if _, _, err := StateStats(Config{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no state dir: %v", err)
+	}
+}
+
+// TestKillersMisbehaveOnEveryAttempt: a killer is chosen per record, by (seed, name) alone, and
+// faults on every attempt in every process; the killer rates hold over many records.
+func TestKillersMisbehaveOnEveryAttempt(t *testing.T) {
+	const n = 20000
+	dir := t.TempDir()
+	cfg := Config{Seed: 21, Crash: 0.01, Hang: 0.02, HangFor: time.Hour, Transient: 0.3, Poison: true, StateDir: dir}
+	var (
+		mu      sync.Mutex
+		crashed []string
+		slept   []time.Duration
+	)
+	newChaos := func() *Chaos {
+		c, err := New(cfg,
+			WithSleep(func(d time.Duration) { mu.Lock(); slept = append(slept, d); mu.Unlock() }),
+			WithCrash(func(_ context.Context, name string) { mu.Lock(); crashed = append(crashed, name); mu.Unlock() }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	kinds := map[Kind]int{}
+	var crashKiller, hangKiller string
+	for i := range n {
+		name := fmt.Sprintf("r-%07d", i)
+		k := cfg.Killer(name)
+		kinds[k]++
+		if k == CrashKiller && crashKiller == "" {
+			crashKiller = name
+		}
+		if k == HangKiller && hangKiller == "" {
+			hangKiller = name
+		}
+	}
+	for kind, rate := range map[Kind]float64{CrashKiller: cfg.Crash, HangKiller: cfg.Hang} {
+		want := rate * n
+		sd := math.Sqrt(n * rate * (1 - rate))
+		if got := float64(kinds[kind]); math.Abs(got-want) > 5*sd {
+			t.Errorf("%s killers: %v of %d, want %.0f ± %.0f", kind, got, n, want, 5*sd)
+		}
+	}
+	// Every attempt, across three "processes" (a crash ends one), even with a poison payload.
+	var injected Stats
+	for p := range 3 {
+		c := newChaos()
+		for range 4 {
+			if err := c.Before(context.Background(), crashKiller, []byte(`{"id":"x","poison":true}`)); !errors.Is(err, ErrCrash) {
+				t.Fatalf("process %d: crash killer attempt: %v, want ErrCrash", p, err)
+			}
+			if err := c.Before(context.Background(), hangKiller, nil); !errors.Is(err, ErrHang) {
+				t.Fatalf("process %d: hang killer attempt: %v, want ErrHang", p, err)
+			}
+		}
+		st := c.Stats()
+		injected.Crashes += st.Crashes
+		injected.Hangs += st.Hangs
+	}
+	if len(crashed) != 12 || crashed[0] != crashKiller {
+		t.Fatalf("crash hook called %d times (%v), want 12 times for %s", len(crashed), crashed, crashKiller)
+	}
+	if len(slept) != 12 || slept[0] != time.Hour {
+		t.Fatalf("hangs slept %v, want 12 hangs of hangfor=1h", slept)
+	}
+	if injected.Crashes != 12 || injected.Hangs != 12 {
+		t.Fatalf("Stats over three processes %+v, want 12 crashes and 12 hangs", injected)
+	}
+	got, unclassified, err := StateStats(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Crashes != 12 || got.Hangs != 12 || unclassified != 0 {
+		t.Fatalf("StateStats = %+v (%d unclassified), want 12 crashes and 12 hangs", got, unclassified)
+	}
+	// The same seed picks the same killers; another seed picks others.
+	other := cfg
+	other.Seed = 22
+	same, differ := 0, 0
+	for i := range 2000 {
+		name := fmt.Sprintf("r-%07d", i)
+		if cfg.Killer(name) != NotKiller || other.Killer(name) != NotKiller {
+			if cfg.Killer(name) == other.Killer(name) {
+				same++
+			} else {
+				differ++
+			}
+		}
+	}
+	if differ == 0 {
+		t.Fatalf("seeds 21 and 22 chose the same %d killers", same)
+	}
+	if (Config{Seed: 21}).Killer(crashKiller) != NotKiller {
+		t.Fatal("a record is a killer with crash=0 and hang=0")
+	}
+}
+
+// TestCrashExitsTheProcess: without a WithCrash hook a crash killer ends the process at once
+// with CrashExitCode (the test runs itself as the victim).
+func TestCrashExitsTheProcess(t *testing.T) {
+	if os.Getenv("CHAOS_CRASH_VICTIM") == "1" {
+		cfg := Config{Seed: 1, Crash: 1}
+		c, err := New(cfg)
+		if err != nil {
+			os.Exit(2)
+		}
+		_ = c.Wrap(func(context.Context, pipeline.Record) error { return nil })(context.Background(),
+			pipeline.Record{ID: recordid.ID{ShardID: "shardId-000000000000", Seq: "1"}, Data: []byte(`{"id":"k"}`)})
+		fmt.Println("still alive after a crash killer")
+		os.Exit(0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrashExitsTheProcess$")
+	cmd.Env = append(os.Environ(), "CHAOS_CRASH_VICTIM=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != CrashExitCode {
+		t.Fatalf("victim ended with %v, want exit status %d; output:\n%s", err, CrashExitCode, out)
+	}
+	if strings.Contains(string(out), "still alive") || !strings.Contains(string(out), "crash killer k") {
+		t.Fatalf("victim output:\n%s", out)
 	}
 }

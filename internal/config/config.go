@@ -45,6 +45,16 @@ const (
 	DefaultSettleAfter       = 30 * time.Minute
 )
 
+// The event-source mapping's defaults in template.yaml (parameters MaximumRetryAttempts and
+// MaximumRecordAgeSeconds): finite, so that no record blocks a shard for long; what the mapping
+// gives up on reaches the reconciler through the failure queue. docs/deploy.md explains the
+// choice; deploy/template_test.go ties these to the template, and the demo's mapping uses them
+// unless its flags say otherwise.
+const (
+	DefaultMappingRetryAttempts = 10
+	DefaultMappingMaxRecordAge  = 6 * time.Hour
+)
+
 // StreamARNPattern matches a Kinesis data stream ARN of any partition, region and account; the
 // submatch is the stream name. template.yaml's StreamArn parameter uses the same pattern.
 var StreamARNPattern = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/([a-zA-Z0-9_.-]{1,128})$`)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/chaos"
+	"github.com/gapless-dev/gapless/internal/config"
 )
 
 // Runtimes: how the gapless functions run.
@@ -31,7 +32,8 @@ const (
 // ErrConfig wraps every configuration error.
 var ErrConfig = errors.New("demo: invalid configuration")
 
-// Faults are the injected faults; every rate is a probability per attempt or per request.
+// Faults are the injected faults; every rate is a probability per attempt or per request,
+// except Poison, Crash and Hang, which are per record.
 type Faults struct {
 	// In the function (internal/chaos, GAPLESS_CHAOS), per record attempt.
 	Transient float64       `json:"transient"`
@@ -40,6 +42,14 @@ type Faults struct {
 	SlowFor   time.Duration `json:"slow_for"` // 0: twice the function timeout
 	// Poison is the fraction of produced records marked "poison": true (they never succeed).
 	Poison float64 `json:"poison"`
+	// Killer records (internal/chaos crash and hang), chosen per record by the seed and the
+	// record's id, misbehave on every attempt in both variants. Crash: the runtime process exits
+	// mid-record (under the emulator the bootstrap dies; in process the invocation is abandoned
+	// and nothing after it is recorded). Hang: the call blocks, ignoring its context, for
+	// HangFor (0: twice the function timeout), so every invocation holding it times out.
+	Crash   float64       `json:"crash"`
+	Hang    float64       `json:"hang"`
+	HangFor time.Duration `json:"hang_for"`
 
 	// At the fault-injecting proxies in front of DynamoDB and SQS, per HTTP request.
 	DDBThrottle float64 `json:"ddb_throttle"`
@@ -66,7 +76,7 @@ type Faults struct {
 // DefaultFaults has every fault on.
 func DefaultFaults() Faults {
 	return Faults{
-		Transient: 0.03, Panic: 0.005, Slow: 0.002, Poison: 0.002,
+		Transient: 0.03, Panic: 0.005, Slow: 0.002, Poison: 0.002, Crash: 0.001, Hang: 0.001,
 		DDBThrottle: 0.02, DDBError: 0.01, DDBDrop: 0.01,
 		SQSThrottle: 0.02, SQSError: 0.01, SQSDrop: 0.01, DestFail: 0.5,
 		Split: true, KillReconciler: true, Race: true,
@@ -89,9 +99,10 @@ type Config struct {
 	BatchSize       int
 	BatchingWindow  time.Duration
 	FunctionTimeout time.Duration // whole seconds (the emulator counts seconds)
-	RetryAttempts   int           // MaximumRetryAttempts: -1 infinite
-	MaxRecordAge    time.Duration // MaximumRecordAgeInSeconds; 0 off
-	Bisect          bool          // BisectBatchOnFunctionError
+	// RetryAttempts and MaxRecordAge default to template.yaml's (config.DefaultMapping*).
+	RetryAttempts int           // MaximumRetryAttempts: -1 infinite
+	MaxRecordAge  time.Duration // MaximumRecordAgeInSeconds; 0 off
+	Bisect        bool          // BisectBatchOnFunctionError
 
 	// gapless.
 	MaxRecordAttempts int           // MAX_RECORD_ATTEMPTS
@@ -129,7 +140,7 @@ func DefaultConfig() Config {
 	return Config{
 		Records: 4500, Shards: 4, Parallelization: 4, Seed: 1, Keys: 200, Rate: 500,
 		BatchSize: 100, BatchingWindow: time.Second, FunctionTimeout: 6 * time.Second,
-		RetryAttempts: 2, Bisect: true,
+		RetryAttempts: config.DefaultMappingRetryAttempts, MaxRecordAge: config.DefaultMappingMaxRecordAge, Bisect: true,
 		MaxRecordAttempts: 5, SettleAfter: 5 * time.Second, ReconcileEvery: 3 * time.Second,
 		Faults: DefaultFaults(), Baseline: true, Runtime: RuntimeAuto, Backend: BackendDynalite,
 	}
@@ -158,6 +169,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Faults.SlowFor <= 0 {
 		c.Faults.SlowFor = 2 * c.FunctionTimeout
+	}
+	if c.Faults.HangFor <= 0 {
+		c.Faults.HangFor = 2 * c.FunctionTimeout
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 10*time.Minute + c.Duration
@@ -192,6 +206,7 @@ func (c Config) Validate() error {
 		v    float64
 	}{
 		{"transient", f.Transient}, {"panic", f.Panic}, {"slow", f.Slow}, {"poison", f.Poison},
+		{"crash", f.Crash}, {"hang", f.Hang},
 		{"ddb-throttle", f.DDBThrottle}, {"ddb-error", f.DDBError}, {"ddb-drop", f.DDBDrop},
 		{"sqs-throttle", f.SQSThrottle}, {"sqs-error", f.SQSError}, {"sqs-drop", f.SQSDrop},
 		{"dest-fail", f.DestFail},
@@ -217,8 +232,8 @@ func (c Config) Validate() error {
 		return bad("function timeout %s: whole seconds, at least 1s", c.FunctionTimeout)
 	case c.RetryAttempts < -1 || c.RetryAttempts > 10000:
 		return bad("retry attempts %d outside -1..10000", c.RetryAttempts)
-	case c.RetryAttempts == -1 && c.runs(VariantBaseline, VariantCheckpointDecides) && f.Poison > 0 && c.MaxRecordAge <= 0:
-		return bad("retry attempts -1 without a record age: a poison record would block the mapping-alone run forever")
+	case c.RetryAttempts == -1 && c.runs(VariantBaseline, VariantCheckpointDecides) && f.Poison+f.Crash+f.Hang > 0 && c.MaxRecordAge <= 0:
+		return bad("retry attempts -1 without a record age: a poison or killer record would block the mapping-alone run forever")
 	case c.MaxRecordAttempts < 1 || c.MaxRecordAttempts > 1000:
 		return bad("max record attempts %d outside 1..1000", c.MaxRecordAttempts)
 	case c.SettleAfter < 0:
@@ -227,6 +242,8 @@ func (c Config) Validate() error {
 		return bad("reconcile schedule %s must be positive", c.ReconcileEvery)
 	case f.Transient+f.Panic+f.Slow > 1:
 		return bad("transient+panic+slow exceeds 1")
+	case f.Crash+f.Hang > 1:
+		return bad("crash+hang exceeds 1")
 	}
 	if _, err := ParseVariants(strings.Join(c.Variants, ",")); err != nil {
 		return err
@@ -249,5 +266,6 @@ func (c Config) chaosConfig(stateDir string) chaos.Config {
 	return chaos.Config{
 		Seed: c.Seed, Transient: c.Faults.Transient, Panic: c.Faults.Panic, Slow: c.Faults.Slow,
 		SlowFor: c.Faults.SlowFor, Poison: true, StateDir: stateDir,
+		Crash: c.Faults.Crash, Hang: c.Faults.Hang, HangFor: c.Faults.HangFor,
 	}
 }

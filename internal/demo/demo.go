@@ -133,11 +133,13 @@ func (r *Result) ran() []*VariantResult {
 
 // VariantResult is one variant's figures.
 type VariantResult struct {
-	Name            string `json:"name"`
-	Produced        int    `json:"produced"`
-	PoisonProduced  int    `json:"poison_produced"`
-	DeliveredUnique int    `json:"delivered_unique"`
-	Duplicates      int    `json:"duplicates"`
+	Name           string `json:"name"`
+	Produced       int    `json:"produced"`
+	PoisonProduced int    `json:"poison_produced"`
+	// Killers: records that crash the runtime or hang on every attempt, and their fate.
+	Killers         KillerStats `json:"killers"`
+	DeliveredUnique int         `json:"delivered_unique"`
+	Duplicates      int         `json:"duplicates"`
 	// Parked counts records accounted for by parking alone: not delivered, and their exact
 	// payload is in the parked queue. Lost = Produced - DeliveredUnique - Parked.
 	Parked             int `json:"parked"`
@@ -282,6 +284,7 @@ type Settings struct {
 	Reconcile         string `json:"reconcile_every"`
 	BatchSize         int    `json:"batch_size"`
 	RetryAttempts     int    `json:"retry_attempts"`
+	MaxRecordAge      string `json:"max_record_age"` // MaximumRecordAgeInSeconds; 0s: off
 	MaxRecordAttempts int    `json:"max_record_attempts"`
 	Bisect            bool   `json:"bisect"`
 	Faults            Faults `json:"faults"`
@@ -429,6 +432,7 @@ func (c Config) settings() Settings {
 		Records: c.Records, Shards: c.Shards, Parallelization: c.Parallelization, Keys: c.Keys, Rate: c.Rate,
 		Duration: c.Duration.String(), FunctionTimeout: c.FunctionTimeout.String(), SettleAfter: c.SettleAfter.String(),
 		Reconcile: c.ReconcileEvery.String(), BatchSize: c.BatchSize, RetryAttempts: c.RetryAttempts,
+		MaxRecordAge:      c.MaxRecordAge.String(),
 		MaxRecordAttempts: c.MaxRecordAttempts, Bisect: c.Bisect, Faults: c.Faults, Chaos: c.chaosConfig("").String(),
 		Backend: c.Backend,
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/loadgen"
 	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
 )
@@ -34,6 +35,9 @@ func TestDemoEndToEnd(t *testing.T) {
 	cfg.Records, cfg.Shards, cfg.Parallelization = 600, 2, 2
 	cfg.Rate = 400
 	cfg.Faults.Poison = 0.01 // a handful of poison records out of 600
+	// Killer records (crash, hang) are parked only once invocations that die leave a trace
+	// (in-flight markers, issue 10); until then this test runs without them.
+	cfg.Faults.Crash, cfg.Faults.Hang = 0, 0
 	if ep := stackEndpoints(); ep.DynamoDB == ep.SQS {
 		// moto_server serves both; its SQS scans the whole queue on every receive, so a queue
 		// that backs up slows everything down: a smaller, slower workload.
@@ -193,7 +197,11 @@ func TestConfigValidate(t *testing.T) {
 		{"no records", func(c *Config) { c.Records = 0 }, "records 0"},
 		{"parallelization", func(c *Config) { c.Parallelization = 11 }, "parallelization 11"},
 		{"fractional timeout", func(c *Config) { c.FunctionTimeout = 1500 * time.Millisecond }, "whole seconds"},
-		{"infinite retries block the baseline", func(c *Config) { c.RetryAttempts = -1 }, "block the mapping-alone run"},
+		{"infinite retries block the baseline", func(c *Config) { c.RetryAttempts, c.MaxRecordAge = -1, 0 }, "block the mapping-alone run"},
+		{"infinite retries with killers only", func(c *Config) {
+			c.RetryAttempts, c.MaxRecordAge, c.Faults.Poison = -1, 0, 0
+		}, "a poison or killer record"},
+		{"killer rates", func(c *Config) { c.Faults.Crash, c.Faults.Hang = 0.6, 0.5 }, "crash+hang exceeds 1"},
 		{"runtime", func(c *Config) { c.Runtime = "docker" }, `runtime "docker"`},
 		{"in-function rates", func(c *Config) { c.Faults.Transient, c.Faults.Slow = 0.7, 0.5 }, "exceeds 1"},
 	}
@@ -209,6 +217,11 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate = %v, want ErrConfig containing %q", err, tt.want)
 			}
 		})
+	}
+	// The mapping runs with template.yaml's defaults (deploy/template_test.go ties them to config).
+	if d := DefaultConfig(); d.RetryAttempts != config.DefaultMappingRetryAttempts || d.MaxRecordAge != config.DefaultMappingMaxRecordAge {
+		t.Fatalf("demo mapping defaults: retries %d, record age %s; template's: %d, %s",
+			d.RetryAttempts, d.MaxRecordAge, config.DefaultMappingRetryAttempts, config.DefaultMappingMaxRecordAge)
 	}
 	soak := DefaultConfig()
 	soak.Records, soak.Rate, soak.Duration = 0, 0, 10*time.Minute

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/gapless-dev/gapless/internal/baseline"
 	"github.com/gapless-dev/gapless/internal/chaos"
@@ -114,8 +116,8 @@ func (p *inProcess) schedule(ctx context.Context, kill bool) (reconcile.Summary,
 	}
 	ctx, k, cancel := p.arm(ctx, kill)
 	defer cancel()
-	sum, err := p.rec.HandleSchedule(ctx)
-	if k != nil && k.fired() {
+	sum, err := runInvocation(ctx, p.rec.HandleSchedule)
+	if (k != nil && k.fired()) || errors.Is(err, errRuntimeExited) {
 		return reconcile.Summary{}, true, nil
 	}
 	return sum, false, err
@@ -127,11 +129,13 @@ func (p *inProcess) failures(ctx context.Context, ev events.SQSEvent, kill bool)
 	}
 	ctx, k, cancel := p.arm(ctx, kill)
 	defer cancel()
-	resp := p.rec.HandleSQS(ctx, ev)
-	if k != nil && k.fired() {
+	resp, err := runInvocation(ctx, func(ctx context.Context) (events.SQSEventResponse, error) {
+		return p.rec.HandleSQS(ctx, ev), nil
+	})
+	if (k != nil && k.fired()) || errors.Is(err, errRuntimeExited) {
 		return events.SQSEventResponse{}, true, nil
 	}
-	return resp, false, nil
+	return resp, false, err
 }
 
 // arm gives an invocation its own cancellable context and, with kill, a killArm in it.
@@ -153,14 +157,56 @@ func (p *inProcess) killed() (int, string) {
 
 // invokerFunc adapts a function to esm.Invoker, returning at ctx's deadline (the function
 // timeout) even when the handler is still running, and turning a panic that escapes the handler
-// into a function error (aws-lambda-go reports a handler panic as a function error).
+// into a function error (aws-lambda-go reports a handler panic as a function error). It runs the
+// function as one invocation of an in-process runtime (see runInvocation).
 type invokerFunc func(ctx context.Context, payload []byte) ([]byte, error)
 
 func (f invokerFunc) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	return runInvocation(ctx, func(ctx context.Context) ([]byte, error) { return f(ctx, payload) })
+}
+
+// errRuntimeExited is the function error of an in-process invocation whose runtime a crash
+// killer ended, worded as Lambda reports a runtime that exits mid-invocation.
+var errRuntimeExited = errors.New("Runtime.ExitError: Runtime exited with error: exit status 86 (injected crash)")
+
+// runtimeArm is the runtime of one in-process invocation. It dies when a crash killer exits it
+// (chaos's crash hook, see crashInProcess) or when the invocation runs past its timeout; from then
+// on every AWS call the invocation's code still makes fails (deadRuntimeGuard), whatever context
+// it uses, because nothing runs in a runtime that exited or was frozen at its timeout.
+type runtimeArm struct {
+	once   sync.Once
+	died   chan struct{} // closed by a crash
+	cancel context.CancelCauseFunc
+	dead   atomic.Bool
+}
+
+type runtimeKey struct{}
+
+// kill marks the runtime dead and cancels the invocation's context; crash also ends the wait
+// of runInvocation at once.
+func (a *runtimeArm) kill(cause error, crash bool) {
+	a.once.Do(func() {
+		a.dead.Store(true)
+		a.cancel(cause)
+		if crash {
+			close(a.died)
+		}
+	})
+}
+
+// runInvocation runs fn as one invocation: in its own goroutine with a runtimeArm in its
+// context and a Lambda request id. It returns fn's result, a panic escaping fn as a function
+// error, errRuntimeExited at once when a crash killer ends the runtime, or ctx's error at ctx's
+// end (the timeout) while fn may still be running: its later calls then fail, and its result
+// is dropped.
+func runInvocation[T any](ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
 	type result struct {
-		b   []byte
+		v   T
 		err error
 	}
+	ictx, cancel := context.WithCancelCause(ctx)
+	arm := &runtimeArm{died: make(chan struct{}), cancel: cancel}
+	ictx = context.WithValue(ictx, runtimeKey{}, arm)
 	ch := make(chan result, 1)
 	go func() {
 		defer func() {
@@ -168,15 +214,50 @@ func (f invokerFunc) Invoke(ctx context.Context, payload []byte) ([]byte, error)
 				ch <- result{err: fmt.Errorf("Runtime.Panic: %v", v)}
 			}
 		}()
-		b, err := f(lambdaContext(ctx), payload)
-		ch <- result{b, err}
+		v, err := fn(lambdaContext(ictx))
+		ch <- result{v, err}
 	}()
+	var zero T
 	select {
 	case r := <-ch:
-		return r.b, r.err
+		cancel(nil)
+		return r.v, r.err
+	case <-arm.died:
+		return zero, errRuntimeExited
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		arm.kill(ctx.Err(), false)
+		return zero, ctx.Err()
 	}
+}
+
+// crashInProcess is the in-process runtime's chaos crash (chaos.WithCrash): the runtime of the
+// invocation in ctx dies — its caller sees Runtime.ExitError at once and nothing the invocation
+// does afterwards reaches DynamoDB or SQS — and the attempt returns chaos.ErrCrash to code that
+// will never be heard from.
+func crashInProcess(ctx context.Context, _ string) {
+	if a, ok := ctx.Value(runtimeKey{}).(*runtimeArm); ok {
+		a.kill(errRuntimeExited, true)
+	}
+}
+
+// errDeadRuntime fails every AWS call made from a dead in-process runtime.
+var errDeadRuntime = errors.New("demo: call from an invocation whose runtime is dead (crashed or timed out)")
+
+// deadRuntimeGuard makes every AWS call made with a context of a dead in-process invocation
+// fail before it is sent, even when the caller detached the context from its cancellation
+// (context.WithoutCancel keeps values): a runtime that exited or was frozen sends nothing.
+func deadRuntimeGuard(cfg aws.Config) aws.Config {
+	cfg = cfg.Copy()
+	cfg.APIOptions = append(cfg.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("gaplessDemoDeadRuntime",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				if a, ok := ctx.Value(runtimeKey{}).(*runtimeArm); ok && a.dead.Load() {
+					return middleware.InitializeOutput{}, middleware.Metadata{}, errDeadRuntime
+				}
+				return next.HandleInitialize(ctx, in)
+			}), middleware.Before)
+	})
+	return cfg
 }
 
 // lambdaContext adds a request id, as the Lambda runtime does (the handlers log it).
@@ -237,8 +318,8 @@ func killingProcess(next pipeline.ProcessFunc, ks *killSwitch) pipeline.ProcessF
 
 // newInProcessGapless builds the consumer and reconciler handlers as their mains would.
 func newInProcessGapless(env functionEnv) (*inProcess, error) {
-	env.awsCfg = withSDKLog(env.awsCfg, env.log)
-	ch, err := chaos.New(env.chaos)
+	env.awsCfg = deadRuntimeGuard(withSDKLog(env.awsCfg, env.log))
+	ch, err := chaos.New(env.chaos, chaos.WithCrash(crashInProcess))
 	if err != nil {
 		return nil, err
 	}
@@ -300,8 +381,8 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 // Process, partial batch response, no state); for checkpoint decides its CheckpointDecides
 // handler over a shared checkpoint table, reached through the consumer's DynamoDB proxy.
 func newInProcessBaseline(name string, env functionEnv) (*inProcess, error) {
-	env.awsCfg = withSDKLog(env.awsCfg, env.log)
-	ch, err := chaos.New(env.chaos)
+	env.awsCfg = deadRuntimeGuard(withSDKLog(env.awsCfg, env.log))
+	ch, err := chaos.New(env.chaos, chaos.WithCrash(crashInProcess))
 	if err != nil {
 		return nil, err
 	}

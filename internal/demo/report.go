@@ -85,6 +85,7 @@ func rows(res *Result) [][]string {
 	return [][]string{
 		same("produced", func(r *VariantResult) int { return r.Produced }),
 		same("  of which poison", func(r *VariantResult) int { return r.PoisonProduced }),
+		row("  of which killers (crash / hang)", killerKinds),
 		same("delivered (unique)", func(r *VariantResult) int { return r.DeliveredUnique }),
 		same("duplicates delivered", func(r *VariantResult) int { return r.Duplicates }),
 		row("parked (payload verified)", only(num(func(r *VariantResult) int { return r.Parked }), g)),
@@ -170,9 +171,9 @@ func Markdown(res *Result) string {
 	fmt.Fprintf(&b, "# gapless demo\n\n%s. Seed %d, runtime %s, %.0f s in all.\n\n", verdict, res.Seed, res.Runtime, res.Seconds)
 	s := res.Settings
 	fmt.Fprintf(&b, "Workload: %d records (%d partition keys) at %d/s over %d shards, ParallelizationFactor %d, batch size %d, "+
-		"function timeout %s, MaximumRetryAttempts %d, bisect %v; gapless parks after %d failed attempts, reconciler every %s "+
+		"function timeout %s, MaximumRetryAttempts %d, MaximumRecordAgeInSeconds %s, bisect %v; gapless parks after %d failed attempts, reconciler every %s "+
 		"with a settle window of %s.\n\n", s.Records, s.Keys, s.Rate, s.Shards, s.Parallelization, s.BatchSize,
-		s.FunctionTimeout, s.RetryAttempts, s.Bisect, s.MaxRecordAttempts, s.Reconcile, s.SettleAfter)
+		s.FunctionTimeout, s.RetryAttempts, recordAge(s.MaxRecordAge), s.Bisect, s.MaxRecordAttempts, s.Reconcile, s.SettleAfter)
 	if s.Duration != "0s" {
 		fmt.Fprintf(&b, "Soak: production spread over %s.\n\n", s.Duration)
 	}
@@ -215,6 +216,9 @@ func Markdown(res *Result) string {
 	fault("in-function slow calls (invocation timeouts)", func(r *VariantResult) string {
 		return itoa(r.Faults.Chaos.Slow) + fmt.Sprintf(" (%d)", r.Mapping.Timeouts)
 	})
+	fault("killer records produced (crash / hang)", killerKinds)
+	fault("attempts at crash killers (runtime exits)", func(r *VariantResult) string { return itoa(r.Faults.Chaos.Crashes) })
+	fault("attempts at hang killers (past the timeout)", func(r *VariantResult) string { return itoa(r.Faults.Chaos.Hangs) })
 	fault("DynamoDB throttled / 5xx / response dropped", func(r *VariantResult) string {
 		return fmt.Sprintf("%d / %d / %d", r.Faults.DynamoDB.Throttled, r.Faults.DynamoDB.ServerErrors, r.Faults.DynamoDB.DroppedAfter)
 	})
@@ -235,6 +239,10 @@ func Markdown(res *Result) string {
 	if res.Runtime == RuntimeRIE {
 		b.WriteString("\nUnder the emulator the in-function faults are read back from the bootstraps' shared chaos " +
 			"state (internal/chaos StateStats).\n")
+	}
+
+	if killersProduced(res) {
+		b.WriteString(killerSection(res))
 	}
 
 	table("Event-source mapping")
@@ -636,4 +644,61 @@ func OutcomeChart(vs []*VariantResult) string {
 type chartTick struct {
 	pos    int // 1-based position of the record in its shard
 	parked bool
+}
+
+func killerKinds(r *VariantResult) string {
+	return fmt.Sprintf("%d / %d", r.Killers.Crash, r.Killers.Hang)
+}
+
+func killersProduced(res *Result) bool {
+	for _, r := range []*VariantResult{res.Baseline, res.Gapless} {
+		if r != nil && r.Killers.Produced() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// killerSection says what became of the killer records in each variant.
+func killerSection(res *Result) string {
+	var b strings.Builder
+	b.WriteString("\n## Killer records\n\nRecords that exit the runtime or hang past the function timeout on every " +
+		"attempt (`--crash`, `--hang`; chosen by the seed and the record's id, the same records in both runs). No " +
+		"invocation holding one ever returns an outcome.\n\n| fate | mapping alone | gapless |\n|---|---:|---:|\n")
+	line := func(label string, f func(KillerStats) int) {
+		cell := func(r *VariantResult) string {
+			if r == nil {
+				return "—"
+			}
+			return fmt.Sprint(f(r.Killers))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", label, cell(res.Baseline), cell(res.Gapless))
+	}
+	line("produced", KillerStats.Produced)
+	line("delivered", func(k KillerStats) int { return k.Delivered })
+	line("parked with their payload", func(k KillerStats) int { return k.Parked })
+	line("given up by the mapping: retries exhausted", func(k KillerStats) int { return k.GivenUpRetry })
+	line("given up by the mapping: record age", func(k KillerStats) int { return k.GivenUpAge })
+	line("held: still retried, lane blocked, when the run ended", func(k KillerStats) int { return k.Held })
+	if bl := res.Baseline; bl != nil && bl.Killers.Produced() > 0 {
+		k := bl.Killers
+		fmt.Fprintf(&b, "\nThe mapping alone: of %d killers it gave up on %d after MaximumRetryAttempts (%d) and discarded "+
+			"%d for their age; its on-failure messages carry metadata only, so those records are gone. %d were still "+
+			"being retried, their lanes blocked, when the run ended.\n",
+			k.Produced(), k.GivenUpRetry, res.Settings.RetryAttempts, k.GivenUpAge, k.Held)
+	}
+	if g := res.Gapless; g != nil && g.Killers.Produced() > 0 {
+		k := g.Killers
+		fmt.Fprintf(&b, "\ngapless: %d of %d killers parked with their payload; %d given up by the mapping and left to "+
+			"the reconciler; %d still held when the run ended.\n", k.Parked, k.Produced(), k.GivenUpRetry+k.GivenUpAge, k.Held)
+	}
+	return b.String()
+}
+
+// recordAge shows a MaximumRecordAgeInSeconds setting ("0s": off).
+func recordAge(d string) string {
+	if d == "" || d == "0s" {
+		return "off"
+	}
+	return d
 }

@@ -21,6 +21,7 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 		}
 	}
 	trimmed := v.trimmedBeforeEnd(ctx)
+	r.Killers = v.killers(v.e.cfg.Parallelization)
 	produced := map[string]bool{}
 	for _, w := range v.writes.records() {
 		produced[w.id] = true

@@ -369,7 +369,7 @@ func (r *rieFunctions) schedule(ctx context.Context, kill bool) (reconcile.Summa
 		"resources": []string{"arn:aws:events:us-east-1:000000000000:rule/gapless-demo-reconcile"}, "detail": map[string]any{},
 	})
 	out, err := inst.Invoke(ctx, ev)
-	if r.wasKilled(inst, &r.sched) {
+	if r.wasKilled(inst, &r.sched) || runtimeExited(err) {
 		return reconcile.Summary{}, true, nil
 	}
 	if err != nil {
@@ -394,7 +394,7 @@ func (r *rieFunctions) failures(ctx context.Context, ev events.SQSEvent, kill bo
 		return events.SQSEventResponse{}, false, err
 	}
 	out, err := inst.Invoke(ctx, payload)
-	if r.wasKilled(inst, &r.fail) {
+	if r.wasKilled(inst, &r.fail) || runtimeExited(err) {
 		return events.SQSEventResponse{}, true, nil
 	}
 	if err != nil {
@@ -406,6 +406,14 @@ func (r *rieFunctions) failures(ctx context.Context, ev events.SQSEvent, kill bo
 		return resp, false, fmt.Errorf("demo: reconciler response %q: %w", clip(out), err)
 	}
 	return resp, false, nil
+}
+
+// runtimeExited reports whether the bootstrap died mid-invocation (a crash killer's os.Exit):
+// the emulator answers Runtime.ExitError and starts the bootstrap again on the next invocation,
+// so the instance stays in its slot.
+func runtimeExited(err error) bool {
+	var fe *rie.FunctionError
+	return errors.As(err, &fe) && fe.Type == "Runtime.ExitError"
 }
 
 // wasKilled reports whether inst was killed (it left its slot).

@@ -36,7 +36,7 @@ func TestFunctionEnvironment(t *testing.T) {
 	for k, want := range map[string]string{
 		"AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:2", "AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:3",
 		"AWS_ENDPOINT_URL_KINESIS": "http://127.0.0.1:1", "DEADLINE_MARGIN": "2s", "MAX_RECORD_ATTEMPTS": "5",
-		"GAPLESS_CHAOS":     "seed=1,transient=0.03,panic=0.005,slow=0.002,slowfor=12s,poison=true,state=/tmp/state",
+		"GAPLESS_CHAOS":     "seed=1,transient=0.03,panic=0.005,slow=0.002,slowfor=12s,crash=0.001,hang=0.001,hangfor=12s,poison=true,state=/tmp/state",
 		"AWS_ACCESS_KEY_ID": "local",
 		"PAYLOAD_BUCKET":    "gapless-payloads", "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:6",
 	} {

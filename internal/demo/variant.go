@@ -150,9 +150,11 @@ type variant struct {
 	// raceShard is the shard the second mapping races on (the highest initial shard id, which
 	// the split leaves alone).
 	raceShard string
-	rss       *rssTracker
-	logFile   *os.File
-	log       *slog.Logger
+	// gaveUp: the ranges the mappings gave up on (for the killers' fate).
+	gaveUp  givenUp
+	rss     *rssTracker
+	logFile *os.File
+	log     *slog.Logger
 }
 
 type eventCounts struct {
@@ -606,9 +608,11 @@ func (v *variant) observer(mapping int) esm.Observer {
 		case esm.EventBisected:
 			v.ev.bisected.Add(1)
 		case esm.EventRetriesExhausted:
+			v.gaveUp.note(e)
 			v.ev.exhausted.Add(1)
 			v.ev.givenUp.Add(int64(e.Size))
 		case esm.EventRecordsExpired:
+			v.gaveUp.note(e)
 			v.ev.expired.Add(1)
 			v.ev.givenUp.Add(int64(e.Size))
 		case esm.EventDestinationDeliveryFailed:

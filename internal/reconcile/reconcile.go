@@ -20,8 +20,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -82,6 +84,10 @@ type Config struct {
 	DeadlineMargin time.Duration
 	// MaxRunTime bounds a run whose ctx has no deadline (default 4 minutes).
 	MaxRunTime time.Duration
+	// MinShardTime is the least time a shard gets in a pass (default 10s, or what is left of
+	// the pass if less). A shard's budget is an equal share of what is left of the pass among the
+	// shards not yet walked, at least MinShardTime; see Run.
+	MinShardTime time.Duration
 }
 
 // Option configures optional dependencies.
@@ -101,7 +107,9 @@ type Progress struct {
 	GapsReplayed    int    // so far on this shard in this call
 }
 
-// WithProgress calls fn after every page (from the goroutine running Run or ReplayRange).
+// WithProgress calls fn after every page (from the goroutine running ReplayRange, or from the
+// goroutine walking a shard in Run: a shard abandoned at the end of its budget may still call
+// it later, so fn must be safe for concurrent use).
 func WithProgress(fn func(Progress)) Option { return func(r *Reconciler) { r.progress = fn } }
 
 // Reconciler verifies one stream for one consumer group. It is safe for concurrent use, and
@@ -116,6 +124,9 @@ type Reconciler struct {
 	now      func() time.Time
 	log      *slog.Logger
 	progress func(Progress)
+
+	mu     sync.Mutex
+	cursor string // the shard the next pass starts with ("" before the first pass stopped early)
 }
 
 // ErrConfig is wrapped by New for unusable configurations.
@@ -157,6 +168,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxRunTime <= 0 {
 		c.MaxRunTime = 4 * time.Minute
 	}
+	if c.MinShardTime <= 0 {
+		c.MinShardTime = 10 * time.Second
+	}
 	return c
 }
 
@@ -171,7 +185,11 @@ type ShardReport struct {
 	// End: the shard is closed and verified to its last record (its children may be verified).
 	End bool
 	// Deferred: not verified this run (time budget spent, or parents not yet verified).
-	Deferred        bool
+	Deferred bool
+	// Stuck: the shard's walk was still running when its time budget ended (a replay that
+	// ignores its deadline: a record hanging its Process) and was abandoned; the pass went on
+	// with the other shards, and the next one starts after this shard.
+	Stuck           bool
 	RecordsVerified int // user records proven accounted for this run
 	GapsDetected    int // records found absent from the ledger
 	GapsReplayed    int // of those, processed by this run
@@ -221,6 +239,17 @@ type shardInfo struct {
 // bounded by ctx's deadline (minus DeadlineMargin) or MaxRunTime; what is left waits for the
 // next run. The error is non-nil only when the pass could not start or a shard failed (a store
 // or stream error); the report is valid either way.
+//
+// One stuck shard does not stop the others: each shard gets a time budget, an equal share of
+// what is left of the pass among the shards not yet walked (at least MinShardTime). A shard
+// whose walk has not returned shortly after its budget (a replayed record whose Process hangs,
+// ignoring its context) is abandoned, reported Stuck, and the pass moves on; the walk goes on in
+// the background and stops at its next check of the context (its effects are conditional, like
+// those of a concurrent reconciler). The order is parents before children, starting at the
+// shard where the previous pass stopped (the one after a stuck shard, or the first it did not
+// reach), so a shard that holds up a pass is walked last next time; a reconciler that starts
+// cold (a runtime killed by a record) starts at a shard picked from the clock, so that one
+// record killing every pass does not keep the shards behind it from being verified.
 func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	ctx, cancel := r.budget(ctx)
 	defer cancel()
@@ -246,10 +275,16 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	// is closed and verified to its end, as the mapping drains parents first.
 	done := map[string]bool{}
 	var errs []error
-	for _, sh := range lineageOrder(shards) {
+	order := r.passOrder(shards)
+	stopped := false // the pass has recorded where the next one starts
+	for i, sh := range order {
 		st := byShard[sh.id]
 		st.Shard = r.shard(sh.id)
 		ready := ctx.Err() == nil
+		if !ready && !stopped {
+			stopped = true
+			r.setCursor(sh.id) // the first shard this pass did not reach
+		}
 		for _, p := range sh.parents {
 			if inStream[p] && !done[p] {
 				ready = false
@@ -264,7 +299,18 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 				r.log.WarnContext(ctx, "recording lineage failed", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
 			}
 		}
-		sr, err := r.verifyShard(ctx, sh, st, drained[sh.id])
+		sr, stuck, err := r.withinShardBudget(ctx, len(order)-i, func(ctx context.Context) (ShardReport, error) {
+			return r.verifyShard(ctx, sh, st, drained[sh.id])
+		})
+		if stuck {
+			sr = ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true, Stuck: true}
+			r.log.ErrorContext(ctx, "verifying a shard did not return within its time budget: a replayed record is stuck "+
+				"(its Process ignores the deadline?); the pass goes on with the other shards and the next pass starts after it",
+				"group", r.cfg.Group, "shard_id", sh.id, "watermark", st.Watermark)
+			if !stopped && i+1 < len(order) {
+				r.setCursor(order[i+1].id)
+			}
+		}
 		rep.add(sr, r.now())
 		if err != nil {
 			r.log.ErrorContext(ctx, "verifying shard failed; it is retried next run", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
@@ -274,6 +320,78 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 		done[sh.id] = sr.End
 	}
 	return rep, errors.Join(errs...)
+}
+
+// withinShardBudget runs walk with a deadline that is this shard's share of the pass: what is
+// left of ctx's deadline divided among the left shards (this one included), at least
+// MinShardTime, never past ctx's deadline. It waits for walk until a short grace after that
+// deadline; a walk still running then is abandoned (stuck is true; it keeps running on its own
+// and its report is not used).
+func (r *Reconciler) withinShardBudget(ctx context.Context, left int, walk func(context.Context) (ShardReport, error)) (_ ShardReport, stuck bool, _ error) {
+	passEnd, ok := ctx.Deadline()
+	if !ok { // Run always sets one (budget); a bare call gets MaxRunTime
+		passEnd = time.Now().Add(r.cfg.MaxRunTime)
+	}
+	remaining := time.Until(passEnd)
+	share := remaining / time.Duration(max(left, 1))
+	share = min(max(share, r.cfg.MinShardTime), remaining)
+	sctx, cancel := context.WithDeadline(ctx, time.Now().Add(share))
+	type result struct {
+		rep ShardReport
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		rep, err := walk(sctx)
+		done <- result{rep, err}
+	}()
+	select {
+	case res := <-done:
+		return res.rep, false, res.err
+	case <-sctx.Done():
+	}
+	// The walk checks its context between pages and records: give it a moment to return what
+	// it did. The pass's own deadline already keeps DeadlineMargin from the invocation's.
+	grace := time.NewTimer(min(time.Second, r.cfg.DeadlineMargin/2))
+	defer grace.Stop()
+	select {
+	case res := <-done:
+		return res.rep, false, res.err
+	case <-grace.C:
+		return ShardReport{}, true, nil
+	}
+}
+
+// passOrder is the order of this pass: parents before children, starting at the cursor (see
+// Run).
+func (r *Reconciler) passOrder(shards []shardInfo) []shardInfo {
+	sorted := append([]shardInfo(nil), shards...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].id < sorted[j].id })
+	if len(sorted) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	cursor := r.cursor
+	r.mu.Unlock()
+	start := 0
+	if cursor != "" {
+		// The cursor's shard, or the next one by id if it left the stream.
+		start = sort.Search(len(sorted), func(i int) bool { return sorted[i].id >= cursor }) % len(sorted)
+	} else {
+		// Cold start: a start shard picked from the clock (per minute), the same for every
+		// reconciler starting in that minute.
+		h := fnv.New64a()
+		fmt.Fprint(h, r.now().Unix()/60)
+		start = int(h.Sum64() % uint64(len(sorted)))
+	}
+	return topoOrder(append(sorted[start:], sorted[:start]...))
+}
+
+func (r *Reconciler) setCursor(shardID string) {
+	r.mu.Lock()
+	r.cursor = shardID
+	r.mu.Unlock()
 }
 
 func (r *Reconciler) budget(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -367,12 +485,18 @@ func drainedShards(shards []shardInfo, states map[string]checkpoint.State) map[s
 
 // lineageOrder sorts shards so that every parent comes before its children.
 func lineageOrder(shards []shardInfo) []shardInfo {
-	byID := make(map[string]shardInfo, len(shards))
-	for _, s := range shards {
-		byID[s.id] = s
-	}
 	sorted := append([]shardInfo(nil), shards...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].id < sorted[j].id })
+	return topoOrder(sorted)
+}
+
+// topoOrder orders shards so that every parent comes before its children, otherwise keeping
+// the given order.
+func topoOrder(sorted []shardInfo) []shardInfo {
+	byID := make(map[string]shardInfo, len(sorted))
+	for _, s := range sorted {
+		byID[s.id] = s
+	}
 	var out []shardInfo
 	seen := map[string]bool{}
 	var visit func(s shardInfo)

@@ -18,6 +18,12 @@
 //     an {"errorMessage","errorType"} body, a crash (panic, exit) as 502 with that body, and a
 //     timeout as 200 with the text "Task timed out after N.00 seconds". Invoke tells these apart
 //     from a successful response (see Invoke);
+//   - a runtime process that dies in the middle of an invocation (os.Exit, SIGKILL, the Go
+//     runtime aborting after a panic in a goroutine the handler started) is answered with 502
+//     and {"errorType":"Runtime.ExitError","errorMessage":"RequestId: … Error: Runtime exited
+//     with error: exit status N"} (or "signal: killed"); the emulator itself keeps running and
+//     starts the bootstrap afresh (a cold start) on the next invocation, so an Instance outlives
+//     any number of runtime deaths (TestInvokeOutcomes checks this for exit and SIGKILL);
 //   - the runtime is started in its own process group and is SIGKILLed by the emulator when the
 //     emulator receives SIGTERM.
 package rie

@@ -77,12 +77,19 @@ func TestInvokeOutcomes(t *testing.T) {
 		want     string // response when no error
 		wantType string // FunctionError.Type when a function error is expected
 		wantMsg  string
+		// wantMsgHas: the message contains it (the emulator puts its request id in front).
+		wantMsgHas string
 	}{
 		{name: "echo", payload: `{"a":1}`, want: `{"a":1}`},
 		{name: "handler error", payload: `{"mode":"error"}`, wantType: "errorString", wantMsg: "boom"},
 		{name: "echo after error", payload: `{"a":2}`, want: `{"a":2}`},
 		{name: "panic", payload: `{"mode":"panic"}`, wantType: "string", wantMsg: "kaboom"},
 		{name: "echo after panic (runtime restarted)", payload: `{"a":3}`, want: `{"a":3}`},
+		{name: "exit mid-invocation", payload: `{"mode":"exit"}`, wantType: "Runtime.ExitError", wantMsgHas: "Runtime exited with error: exit status 3"},
+		{name: "echo after exit (runtime restarted)", payload: `{"a":5}`, want: `{"a":5}`},
+		{name: "exit again (the restarted runtime dies too)", payload: `{"mode":"exit"}`, wantType: "Runtime.ExitError", wantMsgHas: "Runtime exited with error: exit status 3"},
+		{name: "SIGKILL mid-invocation", payload: `{"mode":"kill"}`, wantType: "Runtime.ExitError", wantMsgHas: "Runtime exited with error: signal: killed"},
+		{name: "echo after SIGKILL (runtime restarted)", payload: `{"a":6}`, want: `{"a":6}`},
 		{name: "timeout", payload: `{"mode":"sleep","sleepMs":4500}`, wantType: TimeoutErrorType, wantMsg: "Task timed out after 2.00 seconds"},
 		{name: "echo after timeout", payload: `{"a":4}`, want: `{"a":4}`},
 		{name: "environment reaches the function", payload: `{"mode":"env","env":"GREETING"}`, want: `"hello from env"`},
@@ -106,6 +113,12 @@ func TestInvokeOutcomes(t *testing.T) {
 			var fe *FunctionError
 			if !errors.As(err, &fe) {
 				t.Fatalf("err %T is not a *FunctionError", err)
+			}
+			if tc.wantMsgHas != "" {
+				if fe.Type != tc.wantType || !strings.Contains(fe.Message, tc.wantMsgHas) {
+					t.Fatalf("function error %q %q, want %q containing %q", fe.Type, fe.Message, tc.wantType, tc.wantMsgHas)
+				}
+				return
 			}
 			if fe.Type != tc.wantType || fe.Message != tc.wantMsg {
 				t.Fatalf("function error %q %q, want %q %q", fe.Type, fe.Message, tc.wantType, tc.wantMsg)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -30,6 +31,11 @@ func handle(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
 		time.Sleep(time.Duration(req.SleepMS) * time.Millisecond)
 	case "env":
 		return json.Marshal(os.Getenv(req.Env))
+	case "exit":
+		os.Exit(3) // the runtime process dies mid-invocation
+	case "kill":
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
 	case "pid":
 		return json.Marshal(os.Getpid())
 	case "deadline":
