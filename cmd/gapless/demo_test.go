@@ -108,10 +108,7 @@ func TestDemoJSON(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	args := []string{"demo", "--reuse-stack", "--json", "--records", "150", "--rate", "100", "--shards", "1", "--parallelization", "2",
-		"--baseline=false", "--poison", "0.02", "--reports", t.TempDir(), "--timeout", "3m",
-		// Killer records are parked only once dying invocations leave a trace (issue 10's
-		// in-flight markers); until then this test runs without them.
-		"--crash", "0", "--hang", "0"}
+		"--baseline=false", "--poison", "0.02", "--reports", t.TempDir(), "--timeout", "3m"}
 	code := run(context.Background(), args, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out.String(), errb.String())

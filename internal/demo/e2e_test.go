@@ -35,9 +35,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	cfg.Records, cfg.Shards, cfg.Parallelization = 600, 2, 2
 	cfg.Rate = 400
 	cfg.Faults.Poison = 0.01 // a handful of poison records out of 600
-	// Killer records (crash, hang) are parked only once invocations that die leave a trace
-	// (in-flight markers, issue 10); until then this test runs without them.
-	cfg.Faults.Crash, cfg.Faults.Hang = 0, 0
+	cfg.Faults.Crash, cfg.Faults.Hang = 0.004, 0.004 // a few killer records, parked like poison
 	if ep := stackEndpoints(); ep.DynamoDB == ep.SQS {
 		// moto_server serves both; its SQS scans the whole queue on every receive, so a queue
 		// that backs up slows everything down: a smaller, slower workload.
