@@ -34,7 +34,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Records, cfg.Shards, cfg.Parallelization = 600, 2, 2
 	cfg.Rate = 400
-	cfg.Faults.Poison = 0.01 // a handful of poison records out of 600
+	cfg.Faults.Poison = 0.01                         // a handful of poison records out of 600
 	cfg.Faults.Crash, cfg.Faults.Hang = 0.004, 0.004 // a few killer records, parked like poison
 	if ep := stackEndpoints(); ep.DynamoDB == ep.SQS {
 		// moto_server serves both; its SQS scans the whole queue on every receive, so a queue
@@ -78,6 +78,15 @@ func TestDemoEndToEnd(t *testing.T) {
 	for _, id := range poison {
 		if !slices.Contains(g.ParkedIDs, id) {
 			t.Errorf("poison record %s is not in the parked queue with its payload (parked: %v)", id, g.ParkedIDs)
+		}
+	}
+	// Killer records (crash, hang on every attempt): each parked with its payload, none lost.
+	if g.Killers.Produced() == 0 {
+		t.Log("the workload has no killer record on this backend's sizing")
+	}
+	for _, k := range g.Killers.Records {
+		if k.Fate != "parked" || !slices.Contains(g.ParkedIDs, k.ID) {
+			t.Errorf("%s killer %s: fate %q, want parked with its payload", k.Kind, k.ID, k.Fate)
 		}
 	}
 	if !res.OK() {
