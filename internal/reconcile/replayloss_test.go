@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
 // TestReplayRangeLossCountedOnce: SPEC invariant 7 (never invented, never counted twice) for
@@ -111,4 +114,40 @@ func TestReplayRangeLossCountedOnceOnTheStack(t *testing.T) {
 			t.Errorf("lostToRetention %d (replay reported %d spans): the expired records were all verified", st.LostToRetention, rep.LostSpans)
 		}
 	})
+}
+
+// TestReplayRangeRefusalWithoutExpiry: Kinesis refuses the range's start with
+// InvalidArgumentException although nothing expired (a number it cannot serve; records before it
+// are still held). That proves no loss: nothing is counted, and the watermark never passes the
+// held records between it and the range unverified (they are gaps: nobody processed them).
+func TestReplayRangeRefusalWithoutExpiry(t *testing.T) {
+	sh := (&memShard{id: "shardId-0"}).addRecords(0, 12, time.Now(), key3)
+	kin := newMemKinesis(sh)
+	kin.at = func(sh *memShard, seq string) (int, error) {
+		if seq == fakeSeq(5) {
+			return 0, &kintypes.InvalidArgumentException{Message: aws.String("StartingSequenceNumber " + seq + " is invalid")}
+		}
+		for i := range sh.recs {
+			if aws.ToString(sh.recs[i].SequenceNumber) == seq {
+				return i + 1, nil // AFTER_SEQUENCE_NUMBER: the only other position asked here
+			}
+		}
+		return 0, &kintypes.ResourceNotFoundException{Message: aws.String("Unable to find record with provided SequenceNumber " + seq)}
+	}
+	u := newUnit(t, kin, Config{})
+	u.cps.set(ushard(sh.id), fakeSeq(11), fakeSeq(1))
+	rep, err := u.r.ReplayRange(context.Background(), sh.id, fakeSeq(5), fakeSeq(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Accounted || rep.LostSpans != 0 {
+		t.Errorf("replay: accounted %v, lost spans %d; want accounted, nothing lost", rep.Accounted, rep.LostSpans)
+	}
+	if _, err := u.r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	checkOnce(t, "replayed", u.rec.counts(), fakeIDs(sh.id, 2, 11))
+	if st := u.cps.state(sh.id); st.LostToRetention != 0 || st.Watermark != fakeSeq(11) {
+		t.Errorf("lostToRetention %d watermark %s, want 0 and %s", st.LostToRetention, st.Watermark, fakeSeq(11))
+	}
 }

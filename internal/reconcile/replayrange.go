@@ -103,6 +103,14 @@ func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) 
 		if err != nil {
 			return rep, err
 		}
+		if lost != nil && lost.to == "" && len(recs) > 0 && seqnum.Compare(aws.ToString(recs[0].SequenceNumber), lost.from) <= 0 {
+			// A record at or before the refused position is still held: the refusal was not
+			// expiry (trimming goes in sequence order). Nothing is lost, and the watermark must
+			// not pass the held records between it and the range.
+			r.log.WarnContext(ctx, "replay range start refused although the records before it are held: no loss",
+				"group", r.cfg.Group, "shard_id", shardID, "sequence_number", lost.from, "first_sequence_number_held", aws.ToString(recs[0].SequenceNumber))
+			lost = nil
+		}
 		// After a reopen at the trim horizon, records before the range are not ours.
 		for len(recs) > 0 && seqnum.Compare(aws.ToString(recs[0].SequenceNumber), from) < 0 {
 			recs = recs[1:]
