@@ -34,7 +34,8 @@ var ErrInvalidRange = errors.New("reconcile: invalid replay range")
 // nothing is lost. When Kinesis refuses from because the records after it expired
 // (InvalidArgumentException), the refusal proves a loss only for records after the verified
 // watermark: with the watermark at or past to nothing is lost; with the watermark inside the
-// range the position after the watermark is asked instead. A proven span (from the watermark to
+// range the position after the watermark is asked instead; and a refusal while a record at or
+// before the refused position is still held proves nothing (trimming goes in sequence order). A proven span (from the watermark to
 // the first record still held) is counted exactly as the scheduled pass counts it, with the
 // conditional watermark advance that passes it (checkpoint.Store.AdvanceWatermarkPastLoss):
 // to the last record of the first replayed page, or to `to` when every record of the range
