@@ -60,7 +60,7 @@ func TestBootstrapKilledMidRecord(t *testing.T) {
 	inst, err := rie.Start(ctx, rie.Options{Bootstrap: boot, Timeout: timeout, LogWriter: logs, Env: map[string]string{
 		config.EnvGroup: group, config.EnvCheckpointTable: s.cpTable, config.EnvDedupeTable: s.ledgerTable,
 		config.EnvParkedQueueURL: s.parkedURL, config.EnvTargetQueueURL: stacktest.Queue(t, "target", false),
-		config.EnvMaxRecordAttempts: strconv.Itoa(maxAttempts), config.EnvDeadlineMargin: "1s",
+		config.EnvPayloadBucket: stacktest.Bucket(t), config.EnvMaxRecordAttempts: strconv.Itoa(maxAttempts), config.EnvDeadlineMargin: "1s",
 		"KILL_PID_FILE": pidFile,
 	}})
 	if err != nil {

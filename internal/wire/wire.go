@@ -49,9 +49,26 @@ type Parts struct {
 	Pipeline    *pipeline.Pipeline
 }
 
+// Option adjusts Build.
+type Option func(*options)
+
+type options struct {
+	wrap func(pipeline.ProcessFunc) pipeline.ProcessFunc
+}
+
+// WithProcessWrapper wraps the default Process (package process) before the pipeline gets it:
+// tests build the real function around a Process that misbehaves on chosen records.
+func WithProcessWrapper(wrap func(pipeline.ProcessFunc) pipeline.ProcessFunc) Option {
+	return func(o *options) { o.wrap = wrap }
+}
+
 // Build wires the pipeline for cfg. getenv is os.Getenv in a main (for AWS_LAMBDA_LOG_LEVEL and
 // GAPLESS_CHAOS); logs and EMF metric lines go to out.
-func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration, getenv func(string) string, out io.Writer) (Parts, error) {
+func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration, getenv func(string) string, out io.Writer, opts ...Option) (Parts, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	logger := consumer.NewLogger(out, consumer.ParseLevel(getenv("AWS_LAMBDA_LOG_LEVEL")))
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
@@ -59,7 +76,11 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 	}
 	ddb, sqsClient := dynamodb.NewFromConfig(awsCfg), sqs.NewFromConfig(awsCfg)
 	objects := NewS3(awsCfg, getenv)
-	proc, err := chaos.WrapFromEnv(getenv, process.New(sqsClient, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket)))
+	var forward pipeline.ProcessFunc = process.New(sqsClient, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket))
+	if o.wrap != nil {
+		forward = o.wrap(forward)
+	}
+	proc, err := chaos.WrapFromEnv(getenv, forward)
 	if err != nil {
 		return Parts{}, err
 	}
