@@ -36,6 +36,10 @@ func TestDemoEndToEnd(t *testing.T) {
 	cfg.Rate = 400
 	cfg.Faults.Poison = 0.01                         // a handful of poison records out of 600
 	cfg.Faults.Crash, cfg.Faults.Hang = 0.004, 0.004 // a few killer records, parked like poison
+	// The template's 10 retries make the mapping alone spend minutes on each killer (every
+	// attempt dies or times out): 2 keep the comparison variants short; gapless does not depend
+	// on them (it parks a killer after MaxRecordAttempts dead invocations either way).
+	cfg.RetryAttempts = 2
 	if ep := stackEndpoints(); ep.DynamoDB == ep.SQS {
 		// moto_server serves both; its SQS scans the whole queue on every receive, so a queue
 		// that backs up slows everything down: a smaller, slower workload.

@@ -303,7 +303,7 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 			esm.WithShardDiscoveryInterval(500 * time.Millisecond)}
 		if v.trim != nil {
 			kin = newClients(v.e.awsCfg, v.trim.URL(), "", "", true).kin
-			opts = append(opts, esm.WithRetention(cfg.Retention), esm.WithInvokeThrottle(v.held))
+			opts = append(opts, esm.WithTrimHorizon(v.trim.Horizon), esm.WithInvokeThrottle(v.held))
 		}
 		if r := v.e.cfg.Faults.DestFail; r > 0 {
 			opts = append(opts, esm.WithDestinationFault(esm.DestinationFailureRate(r, v.e.cfg.Seed+uint64(i))))

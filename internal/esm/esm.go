@@ -79,6 +79,14 @@ func WithRetryDelay(d time.Duration) Option { return func(m *Mapping) { m.retryD
 // (see lane.trimmed). Tests and the demo set a short period to match internal/retention.
 func WithRetention(d time.Duration) Option { return func(m *Mapping) { m.retention = d } }
 
+// WithTrimHorizon replaces the retention period by the stream's own trim horizon: records that
+// arrived before horizon() have expired (see lane.trimmed). The demo passes
+// internal/retention's Proxy.Horizon, so the mapping drops exactly what the stream it reads
+// has trimmed, also after the proxy's horizon stops moving.
+func WithTrimHorizon(horizon func() time.Time) Option {
+	return func(m *Mapping) { m.horizon = horizon }
+}
+
 // WithInvokeThrottle makes invocations of a shard's batches wait while throttled(shardID) is
 // true, as when Lambda cannot invoke the function (throttling, reserved concurrency 0): "it
 // retries until the records expire or exceed the maximum age configured on the event source
@@ -112,7 +120,8 @@ type Mapping struct {
 	now     func() time.Time
 
 	drain       bool
-	retention   time.Duration // stream retention; 0 until describe reads it
+	retention   time.Duration    // stream retention; 0 until describe reads it
+	horizon     func() time.Time // WithTrimHorizon; nil: now - retention
 	throttled   func(shardID string) bool
 	discovery   time.Duration
 	retryDelay  time.Duration

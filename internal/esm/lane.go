@@ -303,12 +303,17 @@ func (l *lane) beforeInvoke(ctx context.Context, u *unit, giveUp func([]*record,
 // its own (gapless: the reconciler's LostToRetention).
 func (l *lane) trimmed(recs []*record) int {
 	m := l.s.m
-	if m.retention <= 0 {
+	var horizon time.Time
+	switch {
+	case m.horizon != nil:
+		horizon = m.horizon()
+	case m.retention > 0:
+		horizon = m.now().Add(-m.retention)
+	default:
 		return 0
 	}
-	now := m.now()
 	n := 0
-	for n < len(recs) && now.Sub(recs[n].arrival) > m.retention {
+	for n < len(recs) && recs[n].arrival.Before(horizon) {
 		n++
 	}
 	return n

@@ -7,22 +7,9 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
-
-// hangOn makes the recorder's Process block, ignoring its context, on one record until the
-// test ends: a replayed record that hangs the reconciler.
-func hangOn(t *testing.T, u *unit, shardID, seq string) {
-	t.Helper()
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	u.rec.fail = func(_ context.Context, r pipeline.Record) error {
-		if r.ID.ShardID == shardID && r.ID.Seq == seq {
-			<-release
-		}
-		return nil
-	}
-}
 
 // runBounded runs one pass and fails the test when it does not return within a minute (a pass
 // stuck behind a hanging record).
@@ -51,17 +38,46 @@ func runBounded(t *testing.T, r *Reconciler, passTime time.Duration) Report {
 	}
 }
 
-// TestStuckShardDoesNotStopOthers: a replay that hangs on a record of the first shard, ignoring
-// its context, costs that shard its time budget; the second shard is still verified in the
-// same pass, and the next pass starts with the shard after the stuck one.
+// frozenReplayer freezes the whole replay of a batch holding one record, ignoring its context:
+// a runtime frozen mid-call, which the pipeline's own deadline handling (it stops waiting for a
+// hung Process) cannot end because the pipeline itself is what hangs.
+type frozenReplayer struct {
+	Replayer
+	shardID, seq string
+	release      chan struct{}
+}
+
+func (f frozenReplayer) Run(ctx context.Context, b pipeline.Batch) (pipeline.Result, error) {
+	for _, r := range b.Records {
+		if r.ID.ShardID == f.shardID && r.ID.Seq == f.seq {
+			<-f.release
+		}
+	}
+	return f.Replayer.Run(ctx, b)
+}
+
+// TestStuckShardDoesNotStopOthers: a replay that freezes on a record of the first shard,
+// ignoring its context, costs that shard its time budget; the second shard is still verified in
+// the same pass, and the next pass starts with the shard after the stuck one.
 func TestStuckShardDoesNotStopOthers(t *testing.T) {
 	now := time.Now()
 	first := (&memShard{id: "shardId-0"}).addRecords(0, 6, now, key3)
 	second := (&memShard{id: "shardId-1"}).addRecords(100, 6, now, key3)
-	u := newUnit(t, newMemKinesis(first, second), Config{MinShardTime: 300 * time.Millisecond, DeadlineMargin: time.Second})
+	cfg := Config{MinShardTime: 300 * time.Millisecond, DeadlineMargin: time.Second}
+	u := newUnit(t, newMemKinesis(first, second), cfg)
 	u.cps.set(ushard(first.id), fakeSeq(5), "")
 	u.cps.set(ushard(second.id), fakeSeq(105), "")
-	hangOn(t, u, first.id, fakeSeq(2))
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	p, err := pipeline.New(u.ledger, &pipelinetest.Checkpoint{}, u.parker, u.rec.process, pipeline.Config{MaxRecordAttempts: 2, MaxConcurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Group, cfg.Stream, cfg.ReadInterval, cfg.PageLimit = ugroup, ustream, time.Microsecond, 4
+	if u.r, err = New(u.kin, u.cps, frozenReplayer{Replayer: p, shardID: first.id, seq: fakeSeq(2), release: release}, cfg,
+		WithClock(later), WithLogger(discard())); err != nil {
+		t.Fatal(err)
+	}
 	u.r.setCursor(first.id) // the killer's shard comes first
 
 	rep := runBounded(t, u.r, 4*time.Second)
