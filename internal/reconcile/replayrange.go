@@ -120,7 +120,7 @@ func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) 
 			page = append(page, rec)
 		}
 		if len(page) > 0 {
-			_, failedSeq, err := r.replayPage(ctx, shard, page, &rep.ShardReport, &counters)
+			_, failedSeq, err := r.replayPage(ctx, shard, page, &rep.ShardReport, &counters, false)
 			if err != nil {
 				return rep, err
 			}
