@@ -582,7 +582,7 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 		consumerDDB: v.fnDDB.URL(), consumerSQS: v.fnSQS.URL(), racerSQS: v.raceSQS.URL(),
 		reconcilerDDB: v.recDDB.URL(), reconcilerSQS: v.recSQS.URL(),
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),
-		settleAfter: cfg.SettleAfter, chaos: cfg.chaosConfig(chaosState), log: v.log,
+		settleAfter: cfg.SettleAfter, maxRecordAge: cfg.MaxRecordAge, chaos: cfg.chaosConfig(chaosState), log: v.log,
 		decidesTable: v.decidesTable(),
 	}
 }
