@@ -218,3 +218,68 @@ func TestTailAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestTailALatestRestartSkippedOnAQuietStream: the mapping is replaced at LATEST and the stream
+// then stays quiet: the records written while no mapping ran lie past the checkpoint with nothing
+// after them to move it. Once due, the pass replays them exactly once (on the old code never:
+// TestReconcilerReplaysWhatALatestRestartSkipped needed a later record to move the checkpoint).
+func TestTailALatestRestartSkippedOnAQuietStream(t *testing.T) {
+	s := newStack(t, 1)
+	s.waitActive()
+	rec := newRecorder()
+	p := s.pipeline(rec.process, 3)
+	h := consumer.NewHandler(p, s.group, nil)
+	lanes := func(string, int) (esm.Invoker, error) { return consumerInvoker{h}, nil }
+	cfg := esm.DefaultConfig()
+	cfg.StreamName, cfg.FunctionName = s.stream, "consumer"
+	cfg.ReportBatchItemFailures = true
+	cfg.FunctionTimeout = 30 * time.Second
+	cfg.PollInterval = esm.MinPollInterval
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	a := s.putN(10, "A", keyMod(3), nil)
+	cfg.StartingPosition = esm.TrimHorizon
+	m1, err := esm.New(s.kin, nil, lanes, cfg, esm.WithStopWhenDrained())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.Run(ctx); err != nil {
+		t.Fatalf("first mapping: %v", err)
+	}
+	b := s.putN(10, "B", keyMod(3), nil) // while no mapping runs
+
+	kin := &iteratorSignal{Client: s.kin, positioned: make(chan struct{})}
+	cfg.StartingPosition = esm.Latest
+	m2, err := esm.New(kin, nil, lanes, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m2.Run(runCtx) }()
+	select {
+	case <-kin.positioned:
+	case err := <-done:
+		t.Fatalf("second mapping ended before positioning: %v", err)
+	}
+	stop() // nothing more is written: the stream stays quiet
+	<-done
+	checkOnce(t, "mappings", rec.counts(), idsOf(a))
+	if st := s.state(a[0].shard); st.Checkpoint != a[len(a)-1].seq {
+		t.Fatalf("checkpoint %s, want A's last %s", st.Checkpoint, a[len(a)-1].seq)
+	}
+
+	r := s.reconciler(p, Config{MaxRecordAge: 10 * time.Minute}) // an hour later: past 10m + 30m
+	rep, err := r.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.TailReplayed != len(b) || rep.GapsReplayed != len(b) {
+		t.Errorf("TailReplayed %d GapsReplayed %d, want both %d (the records the restart skipped)", rep.TailReplayed, rep.GapsReplayed, len(b))
+	}
+	checkOnce(t, "mappings and reconciler together", rec.counts(), append(idsOf(a), idsOf(b)...))
+	if st := s.state(a[0].shard); st.Watermark != b[len(b)-1].seq {
+		t.Errorf("watermark %s, want B's last %s", st.Watermark, b[len(b)-1].seq)
+	}
+}
