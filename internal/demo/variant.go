@@ -162,6 +162,7 @@ type eventCounts struct {
 
 type reconcilerCounts struct {
 	scheduled, scheduledErrors, sqsInvocations, messages, deleted, retried, crashes atomic.Int64
+	tailReplayed                                                                    atomic.Int64 // scheduled passes' TailReplayed
 }
 
 func newVariant(e *env, name string, gapless bool) (*variant, error) {
