@@ -478,7 +478,7 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		}
 		return rep, err
 	}
-	if lost != nil && upper != "" && seqnum.Compare(start, upper) >= 0 {
+	if lost != nil && start != "" && upper != "" && seqnum.Compare(start, upper) >= 0 {
 		// Only a look for a tail (the watermark is at or past the checkpoint): on an idle shard
 		// Kinesis may refuse a watermark whose own record expired although nothing after it
 		// did, and this look happens every pass, so the refusal proves no loss here (a tail is
