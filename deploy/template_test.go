@@ -181,6 +181,8 @@ var (
 			// the stream's ARN: Kinesis calls name it so, as a stream in another account requires
 			config.EnvStreamARN:   {"Stream.Arn", "StreamArn"},
 			config.EnvSettleAfter: {"SettleAfter"},
+			// the same parameter as the mapping's MaximumRecordAgeInSeconds: the tail bound
+			config.EnvMaxRecordAge: {"MaximumRecordAgeSeconds"},
 		}),
 	}
 )

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
@@ -41,11 +42,19 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*rec
 		return nil, err
 	}
 	r, err := reconcile.New(kinesis.NewFromConfig(parts.AWS), parts.Checkpoints, parts.Pipeline,
-		reconcile.Config{Group: cfg.Group, Stream: cfg.StreamName, StreamARN: cfg.StreamARN, SettleAfter: cfg.SettleAfter},
+		reconcile.Config{Group: cfg.Group, Stream: cfg.StreamName, StreamARN: cfg.StreamARN, SettleAfter: cfg.SettleAfter,
+			MaxRecordAge: cfg.MaxRecordAge},
 		reconcile.WithLogger(parts.Logger))
 	if err != nil {
 		return nil, err
 	}
+	ageSeconds := int64(-1) // unlimited
+	if cfg.MaxRecordAge > 0 {
+		ageSeconds = int64(cfg.MaxRecordAge / time.Second)
+	}
+	parts.Logger.Info("records past the checkpoint mirror are verified once older than tail_after",
+		"group", cfg.Group, "tail_after", reconcile.TailAfter(cfg.MaxRecordAge, cfg.SettleAfter).String(),
+		"maximum_record_age_seconds", ageSeconds, "unlimited_age_capped_at", reconcile.TailAgeCap.String())
 	// The failure queue's untried messages go back to it (the record's eventSourceARN names it).
 	return reconcile.NewHandler(r, parts.Metrics, parts.Logger, reconcile.WithRelease(sqs.NewFromConfig(parts.AWS))), nil
 }

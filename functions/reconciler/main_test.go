@@ -60,6 +60,7 @@ func TestSetup(t *testing.T) {
 		{"bad stream arn", config.EnvStreamARN, "stream/orders"},
 		{"stream arn of another stream", config.EnvStreamARN, "arn:aws:kinesis:us-east-1:111122223333:stream/other"},
 		{"bad settle window", config.EnvSettleAfter, "soon"},
+		{"record age Lambda refuses", config.EnvMaxRecordAge, "30"},
 		{"missing ledger", config.EnvDedupeTable, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

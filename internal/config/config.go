@@ -34,6 +34,7 @@ const (
 	EnvStreamName        = "STREAM_NAME"
 	EnvStreamARN         = "STREAM_ARN"
 	EnvSettleAfter       = "SETTLE_AFTER"
+	EnvMaxRecordAge      = "MAXIMUM_RECORD_AGE_SECONDS"
 )
 
 // Defaults.
@@ -53,6 +54,15 @@ const (
 const (
 	DefaultMappingRetryAttempts = 10
 	DefaultMappingMaxRecordAge  = 6 * time.Hour
+)
+
+// MinRecordAgeSeconds and MaxRecordAgeSeconds bound MaximumRecordAgeInSeconds other than -1:
+// "Although values less than 60 and greater than -1 fall within the parameter's absolute range,
+// they are not allowed" (Lambda API reference, CreateEventSourceMapping,
+// https://docs.aws.amazon.com/lambda/latest/api/API_CreateEventSourceMapping.html).
+const (
+	MinRecordAgeSeconds = 60
+	MaxRecordAgeSeconds = 604800
 )
 
 // StreamARNPattern matches a Kinesis data stream ARN of any partition, region and account; the
@@ -104,6 +114,12 @@ type Reconciler struct {
 	StreamARN string
 	// SettleAfter: only records older than this are judged gaps (see MinSettle).
 	SettleAfter time.Duration
+	// MaxRecordAge is the event-source mapping's MaximumRecordAgeInSeconds
+	// (MAXIMUM_RECORD_AGE_SECONDS: -1, the default, or 60-604800; template.yaml sets it from the
+	// same parameter as the mapping's); -1 is kept as a negative duration, meaning unlimited.
+	// Records past the checkpoint older than this (at most 12h) plus SettleAfter are verified
+	// by the scheduled pass (reconcile.TailAfter).
+	MaxRecordAge time.Duration
 }
 
 // LoadConsumer reads and validates the consumer's variables through getenv (os.Getenv in main).
@@ -123,6 +139,13 @@ func LoadReconciler(getenv func(string) string) (Reconciler, error) {
 		StreamName:  strings.TrimSpace(getenv(EnvStreamName)),
 		StreamARN:   strings.TrimSpace(getenv(EnvStreamARN)),
 		SettleAfter: p.duration(EnvSettleAfter, DefaultSettleAfter),
+	}
+	if age := p.intIn(EnvMaxRecordAge, -1, -1, MaxRecordAgeSeconds); age == -1 {
+		r.MaxRecordAge = -1
+	} else if age < MinRecordAgeSeconds {
+		p.fail(EnvMaxRecordAge, p.getenv(EnvMaxRecordAge), fmt.Sprintf("must be -1 (no limit) or %d to %d, like the mapping's MaximumRecordAgeInSeconds", MinRecordAgeSeconds, MaxRecordAgeSeconds))
+	} else {
+		r.MaxRecordAge = time.Duration(age) * time.Second
 	}
 	switch m := StreamARNPattern.FindStringSubmatch(r.StreamARN); {
 	case r.StreamARN == "" && r.StreamName == "":

@@ -157,3 +157,40 @@ func TestLoadReconcilerStreamARN(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadReconcilerMaxRecordAge: MAXIMUM_RECORD_AGE_SECONDS takes what the mapping's
+// MaximumRecordAgeInSeconds takes (-1, or 60-604800); anything else fails naming it.
+func TestLoadReconcilerMaxRecordAge(t *testing.T) {
+	tests := []struct {
+		value   string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"", -1, false},
+		{"-1", -1, false},
+		{"60", time.Minute, false},
+		{"3600", time.Hour, false},
+		{"604800", 7 * 24 * time.Hour, false},
+		{"0", 0, true},
+		{"59", 0, true},
+		{"-2", 0, true},
+		{"604801", 0, true},
+		{"1h", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			m := base()
+			m[EnvMaxRecordAge] = tt.value
+			r, err := LoadReconciler(env(m))
+			if tt.wantErr {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), EnvMaxRecordAge) {
+					t.Fatalf("err %v, want one naming %s", err, EnvMaxRecordAge)
+				}
+				return
+			}
+			if err != nil || r.MaxRecordAge != tt.want {
+				t.Fatalf("MaxRecordAge %v, %v; want %v", r.MaxRecordAge, err, tt.want)
+			}
+		})
+	}
+}

@@ -240,6 +240,9 @@ type ReconcilerStats struct {
 	Crashes            int `json:"crashes"`
 	LostToRetention    int `json:"lost_to_retention"` // spans counted (the alarm's metric)
 	CheckpointWrites   int `json:"checkpoint_writes"`
+	// TailReplayed: records past the checkpoint mirror the scheduled passes replayed (a tail the
+	// mapping gave up with nothing after it; reconcile.TailAfter).
+	TailReplayed int `json:"tail_replayed"`
 }
 
 // DDBStats are the DynamoDB requests by operation as the fault proxies counted them (faulted

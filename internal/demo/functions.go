@@ -69,6 +69,7 @@ type functionEnv struct {
 	maxRecordAttempts            int
 	deadlineMargin               time.Duration
 	settleAfter                  time.Duration
+	maxRecordAge                 time.Duration // the mappings' MaximumRecordAge (0: unlimited): the reconciler's tail bound
 	chaos                        chaos.Config
 	log                          *slog.Logger
 	decidesTable                 string // checkpoint decides: the shared checkpoint's table
@@ -352,7 +353,7 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	}
 	rc := newClients(env.awsCfg, env.kinesisURL, env.reconcilerDDB, env.reconcilerSQS, false)
 	r, err := reconcile.New(rc.kin, cps, rp, reconcile.Config{
-		Group: env.group, Stream: env.stream, SettleAfter: env.settleAfter,
+		Group: env.group, Stream: env.stream, SettleAfter: env.settleAfter, MaxRecordAge: env.maxRecordAge,
 		ReadInterval: 250 * time.Millisecond, DeadlineMargin: 2 * time.Second,
 	}, reconcile.WithLogger(env.log))
 	if err != nil {

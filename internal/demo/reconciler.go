@@ -22,9 +22,10 @@ func (v *variant) scheduleLoop(ctx context.Context) {
 		}
 		ictx, cancel := context.WithTimeout(ctx, reconcilerTimeout)
 		kill := v.e.cfg.Faults.KillReconciler && v.killsSoFar() == 0
-		_, crashed, err := v.fn.schedule(ictx, kill)
+		sum, crashed, err := v.fn.schedule(ictx, kill)
 		cancel()
 		v.rec.scheduled.Add(1)
+		v.rec.tailReplayed.Add(int64(sum.TailReplayed))
 		if crashed {
 			v.rec.crashes.Add(1)
 		}

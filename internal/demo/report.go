@@ -96,6 +96,7 @@ func rows(res *Result) [][]string {
 		row("  replaces lost (batch's rest skipped)", only(num(func(r *VariantResult) int { return r.handler().RacesLost }), VariantCheckpointDecides)),
 		same("records given up by the mapping", func(r *VariantResult) int { return r.Mapping.RecordsGivenUp }),
 		row("gaps detected / replayed", only(func(r *VariantResult) string { return fmt.Sprintf("%d / %d", r.GapsDetected, r.GapsReplayed) }, g)),
+		row("  replayed past the checkpoint (tail)", only(num(func(r *VariantResult) int { return r.Reconciler.TailReplayed }), g)),
 		row("DynamoDB requests per batch", only(func(r *VariantResult) string { return fmt.Sprintf("%.2f", r.DDB.RequestsPerBatch) }, g)),
 		row("DynamoDB write units per record", only(func(r *VariantResult) string { return fmt.Sprintf("%.3f", r.DDB.WCUPerRecord) }, g)),
 		same("invocations", func(r *VariantResult) int { return r.Mapping.Invocations }),

@@ -110,6 +110,7 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 			ScheduledRuns: int(v.rec.scheduled.Load()), ScheduledErrors: int(v.rec.scheduledErrors.Load()),
 			FailureInvocations: int(v.rec.sqsInvocations.Load()), FailureMessages: int(v.rec.messages.Load()),
 			FailureDeleted: int(v.rec.deleted.Load()), FailureRetried: int(v.rec.retried.Load()), Crashes: int(v.rec.crashes.Load()),
+			TailReplayed: int(v.rec.tailReplayed.Load()),
 		}
 		if states, err := checkpoint.New(v.e.direct.ddb, v.checkpointTable).List(ctx, group, v.stream); err == nil {
 			for _, st := range states {

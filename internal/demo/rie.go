@@ -184,10 +184,21 @@ func racerEnv(fe functionEnv) map[string]string {
 	return env
 }
 
+// maxRecordAgeSeconds is MAXIMUM_RECORD_AGE_SECONDS for the demo's mapping age: -1 when
+// unlimited, else whole seconds rounded up, at least Lambda's minimum of 60 (the demo allows a
+// shorter age; a longer bound only makes the reconciler wait longer before it verifies a tail).
+func maxRecordAgeSeconds(age time.Duration) string {
+	if age <= 0 {
+		return "-1"
+	}
+	return strconv.FormatInt(max(int64(config.MinRecordAgeSeconds), int64((age+time.Second-1)/time.Second)), 10)
+}
+
 func reconcilerEnv(fe functionEnv) map[string]string {
 	env := commonEnv(fe, fe.reconcilerDDB, fe.reconcilerSQS)
 	env[config.EnvStreamName] = fe.stream
 	env[config.EnvSettleAfter] = fe.settleAfter.String()
+	env[config.EnvMaxRecordAge] = maxRecordAgeSeconds(fe.maxRecordAge)
 	env["AWS_LAMBDA_FUNCTION_NAME"] = "ReconcilerFunction"
 	return env
 }

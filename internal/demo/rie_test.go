@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gapless-dev/gapless/internal/localstack"
 )
@@ -46,10 +47,20 @@ func TestFunctionEnvironment(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:4", "AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:5",
-		"STREAM_NAME": "s", "SETTLE_AFTER": "5s",
+		"STREAM_NAME": "s", "SETTLE_AFTER": "5s", "MAXIMUM_RECORD_AGE_SECONDS": "-1",
 	} {
 		if r[k] != want {
 			t.Errorf("reconciler %s = %q, want %q", k, r[k], want)
+		}
+	}
+}
+
+// TestMaxRecordAgeSeconds: the demo's mapping age as the reconciler's MAXIMUM_RECORD_AGE_SECONDS,
+// which takes only what Lambda takes (-1, or 60-604800 seconds).
+func TestMaxRecordAgeSeconds(t *testing.T) {
+	for age, want := range map[time.Duration]string{0: "-1", 30 * time.Second: "60", 90*time.Second + time.Millisecond: "91", time.Hour: "3600"} {
+		if got := maxRecordAgeSeconds(age); got != want {
+			t.Errorf("maxRecordAgeSeconds(%s) = %s, want %s", age, got, want)
 		}
 	}
 }

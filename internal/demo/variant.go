@@ -164,6 +164,7 @@ type eventCounts struct {
 
 type reconcilerCounts struct {
 	scheduled, scheduledErrors, sqsInvocations, messages, deleted, retried, crashes atomic.Int64
+	tailReplayed                                                                    atomic.Int64 // scheduled passes' TailReplayed
 }
 
 func newVariant(e *env, name string, gapless bool) (*variant, error) {
@@ -584,7 +585,7 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 		consumerDDB: v.fnDDB.URL(), consumerSQS: v.fnSQS.URL(), racerSQS: v.raceSQS.URL(),
 		reconcilerDDB: v.recDDB.URL(), reconcilerSQS: v.recSQS.URL(),
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),
-		settleAfter: cfg.SettleAfter, chaos: cfg.chaosConfig(chaosState), log: v.log,
+		settleAfter: cfg.SettleAfter, maxRecordAge: cfg.MaxRecordAge, chaos: cfg.chaosConfig(chaosState), log: v.log,
 		decidesTable: v.decidesTable(),
 	}
 }

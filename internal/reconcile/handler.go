@@ -78,6 +78,7 @@ type Summary struct {
 	RecordsVerified int     `json:"recordsVerified"`
 	GapsDetected    int     `json:"gapsDetected"`
 	GapsReplayed    int     `json:"gapsReplayed"`
+	TailReplayed    int     `json:"tailReplayed"` // the part of gapsReplayed past the checkpoint
 	Parked          int     `json:"parked"`
 	StillFailing    int     `json:"stillFailing"`
 	LostToRetention int     `json:"lostToRetention"`
@@ -125,7 +126,7 @@ func (h *Handler) HandleSchedule(ctx context.Context) (Summary, error) {
 	rep, err := h.r.Run(ctx)
 	sum := Summary{
 		RecordsVerified: rep.RecordsVerified, GapsDetected: rep.GapsDetected, GapsReplayed: rep.GapsReplayed,
-		Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostToRetention,
+		TailReplayed: rep.TailReplayed, Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostToRetention,
 		VerifiedLagSec: rep.VerifiedLag.Seconds(), GetRecordsCalls: rep.GetRecordsCalls,
 	}
 	for _, s := range rep.Shards {
@@ -262,6 +263,7 @@ func (h *Handler) emitReport(s ShardReport, lagSeconds float64) {
 	ms := []metrics.Metric{
 		{Name: "GapsDetected", Value: float64(s.GapsDetected), Unit: metrics.Count},
 		{Name: "GapsReplayed", Value: float64(s.GapsReplayed), Unit: metrics.Count},
+		{Name: "TailReplayed", Value: float64(s.TailReplayed), Unit: metrics.Count},
 		{Name: "RecordsVerified", Value: float64(s.RecordsVerified), Unit: metrics.Count},
 		{Name: "RecordsParked", Value: float64(s.Parked), Unit: metrics.Count},
 		{Name: "LostToRetention", Value: float64(s.LostSpans), Unit: metrics.Count},
@@ -287,6 +289,7 @@ func (s *ShardReport) add(o ShardReport) {
 	s.RecordsVerified += o.RecordsVerified
 	s.GapsDetected += o.GapsDetected
 	s.GapsReplayed += o.GapsReplayed
+	s.TailReplayed += o.TailReplayed
 	s.Parked += o.Parked
 	s.StillFailing += o.StillFailing
 	s.LostSpans += o.LostSpans

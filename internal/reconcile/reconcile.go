@@ -88,6 +88,28 @@ type Config struct {
 	// the pass if less). A shard's budget is an equal share of what is left of the pass among the
 	// shards not yet walked, at least MinShardTime; see Run.
 	MinShardTime time.Duration
+	// MaxRecordAge is the event-source mapping's MaximumRecordAgeInSeconds (0 or negative:
+	// -1, unlimited). Records past the checkpoint mirror older than TailAfter (this age, at most
+	// TailAgeCap, plus SettleAfter) are verified too: the mapping has given them up or
+	// processed them by then (docs/reconciler.md, "The tail past the checkpoint").
+	MaxRecordAge time.Duration
+}
+
+// TailAgeCap bounds the age the mapping is trusted to still be working on a record past the
+// checkpoint: half of the shortest retention Kinesis allows (24 hours), so that the tail of a
+// shard is verified well before any stream can trim it, whatever MaximumRecordAgeInSeconds
+// says (-1 = unlimited, or more than the stream's retention). A mapping more than this far
+// behind (its IteratorAge alarm fires at one hour) gets duplicates from the reconciler, never
+// a loss.
+const TailAgeCap = 12 * time.Hour
+
+// TailAfter is the age past which a record after the checkpoint mirror is verified by the
+// scheduled pass: min(maxRecordAge, TailAgeCap) + settle, maxRecordAge <= 0 meaning unlimited.
+func TailAfter(maxRecordAge, settle time.Duration) time.Duration {
+	if maxRecordAge <= 0 || maxRecordAge > TailAgeCap {
+		maxRecordAge = TailAgeCap
+	}
+	return maxRecordAge + settle
 }
 
 // Option configures optional dependencies.
@@ -193,9 +215,12 @@ type ShardReport struct {
 	RecordsVerified int // user records proven accounted for this run
 	GapsDetected    int // records found absent from the ledger
 	GapsReplayed    int // of those, processed by this run
-	Parked          int // of those, parked by this run
-	StillFailing    int // of those, failed again (retried by a later run)
-	LostSpans       int // spans that expired from the stream before they were verified
+	// TailReplayed: the part of GapsReplayed past the checkpoint mirror (records the mapping
+	// gave up, or skipped, with nothing after them to move the checkpoint).
+	TailReplayed int
+	Parked       int // of those, parked by this run
+	StillFailing int // of those, failed again (retried by a later run)
+	LostSpans    int // spans that expired from the stream before they were verified
 	// OldestUnverified is the arrival time of the oldest record behind the checkpoint known not
 	// to be verified after this run (zero if none is known).
 	OldestUnverified time.Time
@@ -206,6 +231,7 @@ type ShardReport struct {
 type Report struct {
 	Shards                                                            []ShardReport
 	RecordsVerified, GapsDetected, GapsReplayed, Parked, StillFailing int
+	TailReplayed                                                      int // the part of GapsReplayed past the checkpoint
 	LostToRetention                                                   int // lost spans
 	GetRecordsCalls                                                   int
 	// VerifiedLag is the age of the oldest record known not to be verified (0 when caught up).
@@ -217,6 +243,7 @@ func (rep *Report) add(s ShardReport, now time.Time) {
 	rep.RecordsVerified += s.RecordsVerified
 	rep.GapsDetected += s.GapsDetected
 	rep.GapsReplayed += s.GapsReplayed
+	rep.TailReplayed += s.TailReplayed
 	rep.Parked += s.Parked
 	rep.StillFailing += s.StillFailing
 	rep.LostToRetention += s.LostSpans
@@ -558,10 +585,9 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	case upper == "":
 		rep.Complete = true // nothing consumed yet: nothing is behind a checkpoint
 		return rep, nil
-	case st.Watermark != "" && seqnum.Compare(st.Watermark, upper) >= 0:
-		rep.Complete = true
-		return rep, nil
 	}
+	// A watermark at or past the checkpoint still reads on: records after it may be a tail the
+	// mapping gave up (one GetShardIterator and one GetRecords per idle shard and pass).
 	rd := r.reader(sh.id, closed)
 	defer func() { rep.GetRecordsCalls = rd.calls }()
 	var counters checkpoint.Counters
@@ -576,7 +602,17 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		}
 		return rep, err
 	}
-	cutoff := r.now().Add(-r.cfg.SettleAfter)
+	if lost != nil && start != "" && upper != "" && seqnum.Compare(start, upper) >= 0 {
+		// Only a look for a tail (the watermark is at or past the checkpoint): on an idle shard
+		// Kinesis may refuse a watermark whose own record expired although nothing after it
+		// did, and this look happens every pass, so the refusal proves no loss here (a tail is
+		// verified long before retention, see TailAgeCap). Read from the trim horizon instead.
+		r.log.InfoContext(ctx, "the verified watermark's position is refused; looking for a tail from the trim horizon",
+			"group", r.cfg.Group, "shard_id", sh.id, "sequence_number", start)
+		lost = nil
+	}
+	now := r.now()
+	b := bounds{upper: upper, open: !closed, settled: now.Add(-r.cfg.SettleAfter), tail: now.Add(-TailAfter(r.cfg.MaxRecordAge, r.cfg.SettleAfter))}
 	var lastVerifiedArrival time.Time
 	for {
 		if ctx.Err() != nil {
@@ -597,9 +633,9 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		if lost != nil && lost.to == "" && len(recs) > 0 {
 			lost.to, lost.toArrival = aws.ToString(recs[0].SequenceNumber), aws.ToTime(recs[0].ApproximateArrivalTimestamp)
 		}
-		page, stop := r.cut(recs, upper, !closed, cutoff, &rep)
+		page, stop := b.cut(recs, &rep)
 		if len(page) > 0 {
-			verifiedTo, failedSeq, err := r.replayPage(ctx, shard, page, &rep, &counters)
+			verifiedTo, failedSeq, err := r.replayCut(ctx, shard, page, upper, &rep, &counters)
 			if verifiedTo != "" {
 				if lost != nil && seqnum.Compare(verifiedTo, lost.to) >= 0 {
 					// The advance that passes the span carries its count (one conditional write).
@@ -693,23 +729,62 @@ func after(recs []types.Record, seq string) []types.Record {
 	return recs
 }
 
-// cut returns the leading records of recs that are within upper ("" = no bound) and older than
-// cutoff, and why it stopped before the end of recs. open says the shard is open: a page ending
-// on upper then ends the walk (a closed shard is read on to find its end).
-func (r *Reconciler) cut(recs []types.Record, upper string, open bool, cutoff time.Time, rep *ShardReport) ([]types.Record, stopReason) {
+// bounds is what a shard's walk may verify: records up to upper ("" = no bound) that arrived
+// before settled, and records past upper that arrived before tail (the mapping can no longer be
+// working on them: see TailAfter). open says the shard is open.
+type bounds struct {
+	upper         string
+	open          bool
+	settled, tail time.Time
+}
+
+// cut returns the leading records of recs that the bounds let the walk verify, and why it
+// stopped before the end of recs. On an open shard a page ending on upper ends the walk when
+// the record there is too young for anything after it to be a due tail (a closed shard is read
+// on to find its end).
+func (b bounds) cut(recs []types.Record, rep *ShardReport) ([]types.Record, stopReason) {
 	for i, rec := range recs {
-		if upper != "" && seqnum.Compare(aws.ToString(rec.SequenceNumber), upper) > 0 {
-			return recs[:i], beyondBound
+		arrival := rec.ApproximateArrivalTimestamp
+		if b.upper != "" && seqnum.Compare(aws.ToString(rec.SequenceNumber), b.upper) > 0 {
+			if arrival == nil || arrival.After(b.tail) {
+				return recs[:i], beyondBound // past the checkpoint and the mapping may still be on it
+			}
+			continue // a tail record the mapping has given up or processed
 		}
-		if rec.ApproximateArrivalTimestamp != nil && rec.ApproximateArrivalTimestamp.After(cutoff) {
-			rep.OldestUnverified = *rec.ApproximateArrivalTimestamp
+		if arrival != nil && arrival.After(b.settled) {
+			rep.OldestUnverified = *arrival
 			return recs[:i], unsettled
 		}
 	}
-	if n := len(recs); n > 0 && open && upper != "" && aws.ToString(recs[n-1].SequenceNumber) == upper {
-		return recs, beyondBound // the page ends on the checkpoint: no need to read on
+	if n := len(recs); n > 0 && b.open && b.upper != "" && aws.ToString(recs[n-1].SequenceNumber) == b.upper {
+		// Records after the checkpoint's record arrived after it: none is a due tail while it
+		// is younger than the tail bound, so there is no need to read on.
+		if last := recs[n-1].ApproximateArrivalTimestamp; last == nil || last.After(b.tail) {
+			return recs, beyondBound
+		}
 	}
 	return recs, notStopped
+}
+
+// replayCut replays a page cut by bounds.cut: the records up to upper, then, only if none of
+// them still fails (per-key order: a failing record holds the records after it), the tail past
+// upper, counted apart as TailReplayed. Results as replayPage's, for the whole page.
+func (r *Reconciler) replayCut(ctx context.Context, shard recordid.Shard, page []types.Record, upper string, rep *ShardReport, c *checkpoint.Counters) (verifiedTo, failedSeq string, err error) {
+	k := len(page)
+	if upper != "" {
+		k = sort.Search(len(page), func(i int) bool { return seqnum.Compare(aws.ToString(page[i].SequenceNumber), upper) > 0 })
+	}
+	if k > 0 {
+		verifiedTo, failedSeq, err = r.replayPage(ctx, shard, page[:k], rep, c, false)
+		if err != nil || failedSeq != "" || k == len(page) {
+			return verifiedTo, failedSeq, err
+		}
+	}
+	tailTo, failedSeq, err := r.replayPage(ctx, shard, page[k:], rep, c, true)
+	if tailTo != "" {
+		verifiedTo = tailTo
+	}
+	return verifiedTo, failedSeq, err
 }
 
 // settleLost reports a lost span none of whose successors up to bound is held: every record
@@ -782,7 +857,8 @@ func (r *Reconciler) addCounters(ctx context.Context, shard recordid.Shard, c *c
 // replayPage sends one page of Kinesis records through the pipeline. It returns the highest
 // sequence number below which every record of the page is accounted for ("" if none) and the
 // lowest sequence number still failing ("" if none).
-func (r *Reconciler) replayPage(ctx context.Context, shard recordid.Shard, page []types.Record, rep *ShardReport, c *checkpoint.Counters) (verifiedTo, failedSeq string, err error) {
+// tail says the page lies past the checkpoint mirror: its replays are counted TailReplayed too.
+func (r *Reconciler) replayPage(ctx context.Context, shard recordid.Shard, page []types.Record, rep *ShardReport, c *checkpoint.Counters, tail bool) (verifiedTo, failedSeq string, err error) {
 	batch := pipeline.Batch{Shard: shard, Records: UserRecords(shard.ShardID, page), Source: Source}
 	res, err := r.replay.Run(ctx, batch)
 	if err != nil {
@@ -791,12 +867,22 @@ func (r *Reconciler) replayPage(ctx context.Context, shard recordid.Shard, page 
 	gaps := res.Processed + res.Parked + res.Failed
 	rep.GapsDetected += gaps
 	rep.GapsReplayed += res.Processed
+	if tail {
+		rep.TailReplayed += res.Processed
+	}
 	rep.Parked += res.Parked
 	rep.StillFailing += res.Failed
 	c.GapsDetected += int64(gaps)
 	c.GapsReplayed += int64(res.Processed)
 	c.Parked += int64(res.Parked)
-	if gaps > 0 {
+	switch {
+	case gaps > 0 && tail:
+		// Past the checkpoint mirror and older than TailAfter: the mapping gave these records
+		// up (or skipped them) and nothing after them moved the checkpoint.
+		r.log.WarnContext(ctx, "gaps past the checkpoint (a tail the mapping gave up)", "group", shard.Group, "shard_id", shard.ShardID,
+			"gaps", gaps, "replayed", res.Processed, "parked", res.Parked, "still_failing", res.Failed, "past_checkpoint", true, "metric", "TailReplayed",
+			"sequence_number", aws.ToString(page[0].SequenceNumber), "last_sequence_number", aws.ToString(page[len(page)-1].SequenceNumber))
+	case gaps > 0:
 		r.log.WarnContext(ctx, "gaps behind the checkpoint", "group", shard.Group, "shard_id", shard.ShardID,
 			"gaps", gaps, "replayed", res.Processed, "parked", res.Parked, "still_failing", res.Failed,
 			"sequence_number", aws.ToString(page[0].SequenceNumber), "last_sequence_number", aws.ToString(page[len(page)-1].SequenceNumber))

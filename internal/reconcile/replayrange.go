@@ -138,7 +138,7 @@ func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) 
 			page = append(page, rec)
 		}
 		if len(page) > 0 {
-			verifiedTo, failedSeq, err := r.replayPage(ctx, shard, page, &rep.ShardReport, &counters)
+			verifiedTo, failedSeq, err := r.replayPage(ctx, shard, page, &rep.ShardReport, &counters, false)
 			if err != nil {
 				return rep, err
 			}
