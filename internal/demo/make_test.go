@@ -36,6 +36,13 @@ func TestMakeDemoStdoutIsOnlyTheDemo(t *testing.T) {
 	// tools/node_modules, which may be shared).
 	cmd := exec.CommandContext(ctx, makeBin, "demo", "DEMO_DEPS=gapless", "GO=true", "BIN="+bin, "DEMO_FLAGS=--json --seed 7")
 	cmd.Dir = root // as a user runs it (make -C would add "Entering directory" lines)
+	// As a user runs it from a shell: not as a sub-make of `make test`, whose MAKELEVEL and
+	// MAKEFLAGS would turn on make's "Entering directory" lines.
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "MAKELEVEL" && k != "MAKEFLAGS" && k != "MFLAGS" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
