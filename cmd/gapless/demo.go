@@ -41,7 +41,7 @@ Ctrl-C stops everything it started.
 workload:
 `)
 		printFlags(fs, "records", "shards", "parallelization", "seed", "keys", "rate", "duration")
-		fmt.Fprint(fs.Output(), "\nevent-source mapping (both runs):\n")
+		fmt.Fprint(fs.Output(), "\nevent-source mapping (every variant):\n")
 		printFlags(fs, "batch-size", "batching-window", "function-timeout", "retry-attempts", "max-record-age", "bisect")
 		fmt.Fprint(fs.Output(), "\ngapless:\n")
 		printFlags(fs, "max-record-attempts", "settle", "reconcile-every")

@@ -95,7 +95,7 @@ type Config struct {
 	// Duration > 0 is a soak: production is spread over Duration at Rate.
 	Duration time.Duration
 
-	// The event-source mapping (the same for both runs).
+	// The event-source mapping (the same for every variant).
 	BatchSize       int
 	BatchingWindow  time.Duration
 	FunctionTimeout time.Duration // whole seconds (the emulator counts seconds)

@@ -664,7 +664,7 @@ func killersProduced(res *Result) bool {
 func killerSection(res *Result) string {
 	var b strings.Builder
 	b.WriteString("\n## Killer records\n\nRecords that exit the runtime or hang past the function timeout on every " +
-		"attempt (`--crash`, `--hang`; chosen by the seed and the record's id, the same records in both runs). No " +
+		"attempt (`--crash`, `--hang`; chosen by the seed and the record's id, the same records in every variant). No " +
 		"invocation holding one ever returns an outcome.\n\n| fate | mapping alone | gapless |\n|---|---:|---:|\n")
 	line := func(label string, f func(KillerStats) int) {
 		cell := func(r *VariantResult) string {
