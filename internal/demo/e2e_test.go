@@ -24,9 +24,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestDemoEndToEnd runs a small demo with every fault on, both variants, against the local
-// stack: gapless must lose nothing, park every poison record with its exact payload and verify
-// every shard; the mapping alone must lose at least every poison record.
+// runDemo runs the demo with cfg on the test's stack, reports into a temporary directory, and
+// logs the side-by-side table.
+func runDemo(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	cfg.ReportsDir = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg, Options{AWS: stacktest.Config(t), Endpoints: stackEndpoints(), Progress: testWriter{t}})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("\n%s", Table(res))
+	return res
+}
+
+// TestDemoEndToEnd runs a small demo with every fault on, every variant, against the local
+// stack: gapless must lose nothing, park every poison record and crash killer with its exact
+// payload and verify every shard; the mapping alone must lose at least every poison record.
 func TestDemoEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
@@ -49,14 +64,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	// its in-flight marker's lease), so gapless needs minutes to park one; the run ends as soon
 	// as every shard is verified.
 	cfg.Timeout = 7 * time.Minute
-	cfg.ReportsDir = t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg, Options{AWS: stacktest.Config(t), Endpoints: stackEndpoints(), Progress: testWriter{t}})
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	t.Logf("\n%s", Table(res))
+	res := runDemo(t, cfg)
 	g, b := res.Gapless, res.Baseline
 
 	var poison []string
@@ -258,14 +266,7 @@ func TestDemoExpire(t *testing.T) {
 	cfg.Faults = Faults{Expire: true}
 	cfg.Retention = 15 * time.Second // the held shard's records of the first 5 s expire
 	cfg.Timeout = 4 * time.Minute
-	cfg.ReportsDir = t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg, Options{AWS: stacktest.Config(t), Endpoints: stackEndpoints(), Progress: testWriter{t}})
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	t.Logf("\n%s", Table(res))
+	res := runDemo(t, cfg)
 	for _, v := range []*VariantResult{res.Baseline, res.Gapless} {
 		if v == nil {
 			t.Fatal("a variant did not run")

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -24,14 +22,7 @@ import (
 func TestKillerRecordsUnderRuntimeInterfaceEmulator(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bootstrap := filepath.Join(t.TempDir(), "bootstrap")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bootstrap, "./testdata/consumer").CombinedOutput(); err != nil {
-		t.Fatalf("build testdata/consumer: %v\n%s", err, out)
-	}
-	bin, err := rie.Binary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bootstrap, bin := buildTestBootstrap(ctx, t)
 
 	s := newStream(t, 1)
 	const crashAt, hangAt, n = 4, 11, 16

@@ -16,12 +16,11 @@ import (
 
 var _ Invoker = (*rie.Instance)(nil)
 
-// The mapping driving a real Lambda bootstrap under the runtime interface emulator, one
-// emulator per lane (the emulator cannot take overlapping invocations).
-func TestMappingWithRuntimeInterfaceEmulator(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	bootstrap := filepath.Join(t.TempDir(), "bootstrap")
+// buildTestBootstrap builds testdata/consumer and fetches aws-lambda-rie: what a mapping needs
+// to drive a real bootstrap under the runtime interface emulator.
+func buildTestBootstrap(ctx context.Context, t *testing.T) (bootstrap, rieBinary string) {
+	t.Helper()
+	bootstrap = filepath.Join(t.TempDir(), "bootstrap")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bootstrap, "./testdata/consumer").CombinedOutput(); err != nil {
 		t.Fatalf("build testdata/consumer: %v\n%s", err, out)
 	}
@@ -29,6 +28,15 @@ func TestMappingWithRuntimeInterfaceEmulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return bootstrap, bin
+}
+
+// The mapping driving a real Lambda bootstrap under the runtime interface emulator, one
+// emulator per lane (the emulator cannot take overlapping invocations).
+func TestMappingWithRuntimeInterfaceEmulator(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bootstrap, bin := buildTestBootstrap(ctx, t)
 
 	s := newStream(t, 1)
 	keys := keysCoveringLanes(2, 3)

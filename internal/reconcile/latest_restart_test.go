@@ -11,6 +11,7 @@ import (
 
 	"github.com/gapless-dev/gapless/internal/consumer"
 	"github.com/gapless-dev/gapless/internal/esm"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 )
 
 // consumerInvoker runs the real consumer handler in-process for the local mapping.
@@ -45,9 +46,10 @@ func (k *iteratorSignal) GetShardIterator(ctx context.Context, in *kinesis.GetSh
 // never reads what was written while no mapping ran. The checkpoint mirror is per group and
 // shard, not per mapping, so the reconciler's next pass reads from the verified watermark to the
 // new checkpoint and replays exactly the skipped records.
-func TestReconcilerReplaysWhatALatestRestartSkipped(t *testing.T) {
-	s := newStack(t, 1)
-	s.waitActive()
+// consumerMapping is the consumer function (the real handler over s's stores, a recorder as
+// Process, 3 attempts) behind a local mapping configuration for s's stream with
+// ReportBatchItemFailures; the caller sets the starting position.
+func (s *stack) consumerMapping(poll time.Duration) (*recorder, *pipeline.Pipeline, func(string, int) (esm.Invoker, error), esm.Config) {
 	rec := newRecorder()
 	p := s.pipeline(rec.process, 3)
 	h := consumer.NewHandler(p, s.group, nil)
@@ -56,7 +58,14 @@ func TestReconcilerReplaysWhatALatestRestartSkipped(t *testing.T) {
 	cfg.StreamName, cfg.FunctionName = s.stream, "consumer"
 	cfg.ReportBatchItemFailures = true
 	cfg.FunctionTimeout = 30 * time.Second
-	cfg.PollInterval = 200 * time.Millisecond
+	cfg.PollInterval = poll
+	return rec, p, lanes, cfg
+}
+
+func TestReconcilerReplaysWhatALatestRestartSkipped(t *testing.T) {
+	s := newStack(t, 1)
+	s.waitActive()
+	rec, p, lanes, cfg := s.consumerMapping(200 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

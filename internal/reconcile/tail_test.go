@@ -226,15 +226,7 @@ func TestTailAfter(t *testing.T) {
 func TestTailALatestRestartSkippedOnAQuietStream(t *testing.T) {
 	s := newStack(t, 1)
 	s.waitActive()
-	rec := newRecorder()
-	p := s.pipeline(rec.process, 3)
-	h := consumer.NewHandler(p, s.group, nil)
-	lanes := func(string, int) (esm.Invoker, error) { return consumerInvoker{h}, nil }
-	cfg := esm.DefaultConfig()
-	cfg.StreamName, cfg.FunctionName = s.stream, "consumer"
-	cfg.ReportBatchItemFailures = true
-	cfg.FunctionTimeout = 30 * time.Second
-	cfg.PollInterval = esm.MinPollInterval
+	rec, p, lanes, cfg := s.consumerMapping(esm.MinPollInterval)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
