@@ -61,7 +61,7 @@ bench: tools gapless
 BENCH_GO_OUT   ?= docs/benchmarks-go.txt
 BENCH_GO_FLAGS ?= -count=6 -benchtime=200ms -benchmem
 bench-go:
-	{ $(GO) test -run '^$$' -bench . $(BENCH_GO_FLAGS) ./internal/seqnum ./internal/kpl ./internal/pipeline ./internal/bench/hotpath && \
+	{ $(GO) test -run '^$$' -bench . $(BENCH_GO_FLAGS) ./internal/seqnum ./internal/kpl ./internal/pipeline ./internal/local/bench/hotpath && \
 	  $(GO) test -run '^$$' -bench 'Set|InMemory' $(BENCH_GO_FLAGS) ./internal/dedupe; } > $(BENCH_GO_OUT)
 	@echo "wrote $(BENCH_GO_OUT) (compare runs with: benchstat old.txt $(BENCH_GO_OUT))"
 

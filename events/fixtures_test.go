@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/gapless-dev/gapless/events/fixtures"
-	"github.com/gapless-dev/gapless/internal/chaos"
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/kpl"
+	"github.com/gapless-dev/gapless/internal/local/chaos"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 

@@ -19,8 +19,8 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 
-	"github.com/gapless-dev/gapless/internal/bench"
-	"github.com/gapless-dev/gapless/internal/localstack"
+	"github.com/gapless-dev/gapless/internal/local/bench"
+	"github.com/gapless-dev/gapless/internal/local/localstack"
 )
 
 func init() {

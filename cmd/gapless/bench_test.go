@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gapless-dev/gapless/internal/bench"
+	"github.com/gapless-dev/gapless/internal/local/bench"
 )
 
 func TestParseBenchFlags(t *testing.T) {

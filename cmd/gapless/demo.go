@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/gapless-dev/gapless/internal/demo"
+	"github.com/gapless-dev/gapless/internal/local/demo"
 )
 
 func init() {

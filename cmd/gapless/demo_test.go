@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gapless-dev/gapless/internal/demo"
+	"github.com/gapless-dev/gapless/internal/local/demo"
 )
 
 func TestDemoHelpDocumentsEveryFlag(t *testing.T) {

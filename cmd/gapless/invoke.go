@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/config"
-	"github.com/gapless-dev/gapless/internal/localstack"
-	"github.com/gapless-dev/gapless/internal/rie"
+	"github.com/gapless-dev/gapless/internal/local/chaos"
+	"github.com/gapless-dev/gapless/internal/local/localstack"
+	"github.com/gapless-dev/gapless/internal/local/rie"
 )
 
 func init() {
@@ -84,7 +85,7 @@ func parseInvokeFlags(args []string, stdout io.Writer) (invokeOptions, error) {
 
 // runInvoke builds the function for the host (CGO_ENABLED=0, -tags lambda.norpc) into
 // .local/build/<Fn>/bootstrap, makes sure the tables and queues its env.json section names exist
-// on the local stack (internal/schema), starts it under aws-lambda-rie (internal/rie) with that
+// on the local stack (internal/schema), starts it under aws-lambda-rie (internal/local/rie) with that
 // environment plus the stack's AWS_ENDPOINT_URL_* (from stack.env), invokes it once with the
 // event, and prints the response JSON on stdout; the function's logs go to stderr.
 func runInvoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -183,7 +184,7 @@ func buildFunction(ctx context.Context, root, pkgDir, out string, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("the go tool is needed to build %s: %w", pkgDir, err)
 	}
-	cmd := exec.CommandContext(ctx, goBin, "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+pkgDir)
+	cmd := exec.CommandContext(ctx, goBin, "build", "-tags", "lambda.norpc,"+chaos.BuildTag, "-trimpath", "-o", out, "./"+pkgDir)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = stderr, stderr

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/config"
-	"github.com/gapless-dev/gapless/internal/localstack"
+	"github.com/gapless-dev/gapless/internal/local/localstack"
 	"github.com/gapless-dev/gapless/internal/schema"
 )
 

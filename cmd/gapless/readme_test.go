@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gapless-dev/gapless/internal/localstack"
+	"github.com/gapless-dev/gapless/internal/local/localstack"
 )
 
 // TestReadmeLocalDevelopment runs every command of README.md's "Local development" block, as

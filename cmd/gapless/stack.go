@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gapless-dev/gapless/internal/localstack"
+	"github.com/gapless-dev/gapless/internal/local/localstack"
 )
 
 func init() {

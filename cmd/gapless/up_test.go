@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/events/fixtures"
-	"github.com/gapless-dev/gapless/internal/localstack"
+	"github.com/gapless-dev/gapless/internal/local/localstack"
 )
 
 // TestUpCreatesWhatTheDocsNameAndKeepsARunningStack: `gapless up` creates the stream, tables and

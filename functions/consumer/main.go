@@ -32,7 +32,11 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*con
 	if err != nil {
 		return nil, err
 	}
-	parts, err := wire.Build(ctx, cfg.Common, cfg.DeadlineMargin, getenv, out)
+	faults, err := faultOptions(getenv)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := wire.Build(ctx, cfg.Common, cfg.DeadlineMargin, getenv, out, faults...)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,11 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*rec
 	if err != nil {
 		return nil, err
 	}
-	parts, err := wire.Build(ctx, cfg.Common, config.DefaultDeadlineMargin, getenv, out)
+	faults, err := faultOptions(getenv)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := wire.Build(ctx, cfg.Common, config.DefaultDeadlineMargin, getenv, out, faults...)
 	if err != nil {
 		return nil, err
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
-	"github.com/gapless-dev/gapless/internal/faultproxy"
-	"github.com/gapless-dev/gapless/internal/localstack"
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/faultproxy"
+	"github.com/gapless-dev/gapless/internal/local/localstack"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
-	"github.com/gapless-dev/gapless/internal/faultproxy"
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/faultproxy"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 )
 
 // TestAdvanceWatermarkPastLoss: the count of a lost span is written with the watermark advance

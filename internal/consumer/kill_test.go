@@ -19,10 +19,10 @@ import (
 
 	"github.com/gapless-dev/gapless/events/fixtures"
 	"github.com/gapless-dev/gapless/internal/config"
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/rie"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
-	"github.com/gapless-dev/gapless/internal/rie"
 )
 
 // TestBootstrapKilledMidRecord runs the consumer function (testdata/killfn: functions/consumer's

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gapless-dev/gapless/events/fixtures"
 	"github.com/gapless-dev/gapless/internal/checkpoint"
-	"github.com/gapless-dev/gapless/internal/faultproxy"
+	"github.com/gapless-dev/gapless/internal/local/faultproxy"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
 )

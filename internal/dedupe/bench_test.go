@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/gapless-dev/gapless/internal/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/local/ddbmeter"
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 

@@ -50,7 +50,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/gapless-dev/gapless/internal/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/ddbsize"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -281,7 +281,7 @@ func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) erro
 	expires := strconv.FormatInt(l.now().Add(l.ttl).Unix(), 10)
 
 	whole := l.item(pk, nonce, 0, e.First, e.Last, e.Source, expires, sets)
-	if ddbmeter.ItemSize(whole) <= l.maxItem {
+	if ddbsize.ItemSize(whole) <= l.maxItem {
 		if _, err := l.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &l.table, Item: whole}); err != nil {
 			return fmt.Errorf("dedupe: put entry %s %s..%s: %w", shard, e.First, e.Last, err)
 		}
@@ -364,12 +364,12 @@ func (l *Ledger) split(pk, nonce string, e Entry, expires string, s entrySets) (
 			failed: within(s.failed, lo, hi),
 		}
 		it := l.item(pk, nonce, len(parts), first, last, e.Source, expires, ps)
-		if ddbmeter.ItemSize(it) <= l.maxItem {
+		if ddbsize.ItemSize(it) <= l.maxItem {
 			parts = append(parts, it)
 			continue
 		}
 		if c[1]-c[0] == 1 {
-			return nil, fmt.Errorf("%w: record %s needs %d bytes, budget %d", ErrItemTooLarge, union[c[0]], ddbmeter.ItemSize(it), l.maxItem)
+			return nil, fmt.Errorf("%w: record %s needs %d bytes, budget %d", ErrItemTooLarge, union[c[0]], ddbsize.ItemSize(it), l.maxItem)
 		}
 		mid := (c[0] + c[1]) / 2
 		cuts = append([][2]int{{c[0], mid}, {mid, c[1]}}, cuts...)
@@ -382,7 +382,7 @@ func (l *Ledger) split(pk, nonce string, e Entry, expires string, s entrySets) (
 // headers of the optional sets. It only sizes the first cut; every part is measured exactly.
 func (l *Ledger) fixedSize(pk, nonce string, e Entry, expires string) int {
 	it := l.item(pk, nonce, 999999, e.First, e.Last, e.Source, expires, entrySets{})
-	return ddbmeter.ItemSize(it) + 2*seqnum.MaxDigits + len(attrParked) + len(attrParkedRef) + len(attrFailed) + 3*maxVarintLen
+	return ddbsize.ItemSize(it) + 2*seqnum.MaxDigits + len(attrParked) + len(attrParkedRef) + len(attrFailed) + 3*maxVarintLen
 }
 
 // within returns the sub-slice of sorted ids between lo and hi inclusive.

@@ -15,8 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/gapless-dev/gapless/internal/ddbmeter"
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/ddbsize"
+	"github.com/gapless-dev/gapless/internal/local/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -349,7 +350,7 @@ func TestSplitLargeEntry(t *testing.T) {
 	}
 	var storedIDs int
 	for _, it := range out.Items {
-		if size := ddbmeter.ItemSize(it); size > budget {
+		if size := ddbsize.ItemSize(it); size > budget {
 			t.Errorf("part of %d bytes exceeds budget %d", size, budget)
 		}
 		b, ok := it[attrIDs].(*types.AttributeValueMemberB)

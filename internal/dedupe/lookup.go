@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/gapless-dev/gapless/internal/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/ddbsize"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -106,7 +106,7 @@ func (l *Ledger) Lookup(ctx context.Context, shard recordid.Shard, first, last s
 		}
 		b.stats.Pages++
 		for _, it := range out.Items {
-			b.stats.Bytes += ddbmeter.ItemSize(it)
+			b.stats.Bytes += ddbsize.ItemSize(it)
 			if err := b.add(it, now); err != nil {
 				b.stats.Corrupt++
 				l.log.WarnContext(ctx, "ignoring corrupt ledger entry",

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/gapless-dev/gapless/internal/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/ddbsize"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -111,7 +111,7 @@ func (l *Ledger) Mark(ctx context.Context, shard recordid.Shard, m Marker) error
 		attrSource:          &types.AttributeValueMemberS{Value: m.Source},
 		schema.TTLAttribute: &types.AttributeValueMemberN{Value: strconv.FormatInt(l.now().Add(l.ttl).Unix(), 10)},
 	}
-	if n := ddbmeter.ItemSize(item); n > l.maxItem {
+	if n := ddbsize.ItemSize(item); n > l.maxItem {
 		// Markers are not split: a batch this large (huge KPL aggregates) runs without one.
 		return fmt.Errorf("dedupe: mark %s %s..%s: %w: %d ids need %d bytes, budget %d", shard, m.First, m.Last, ErrItemTooLarge, len(ids), n, l.maxItem)
 	}

@@ -16,9 +16,10 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
-	"github.com/gapless-dev/gapless/internal/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/ddbsize"
 	"github.com/gapless-dev/gapless/internal/dedupe"
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -134,7 +135,7 @@ func queryReadUnits(b *testing.B, ddb *dynamodb.Client, table string, shard reco
 		}
 		bytes := 0
 		for _, it := range out.Items {
-			bytes += ddbmeter.ItemSize(it)
+			bytes += ddbsize.ItemSize(it)
 		}
 		units += math.Ceil(float64(bytes) / 4096)
 		if len(out.LastEvaluatedKey) == 0 {

@@ -108,7 +108,7 @@ func (m *memKinesis) GetShardIterator(_ context.Context, in *kinesis.GetShardIte
 			}
 			break
 		}
-		// As internal/retention over kinesis-local: the position of the record (after) seq;
+		// As internal/local/retention over kinesis-local: the position of the record (after) seq;
 		// refused as trimmed when that record expired; refused as unknown when seq is no record.
 		idx = -1
 		for i := range sh.recs {

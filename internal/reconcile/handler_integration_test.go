@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/metrics"
 	"github.com/gapless-dev/gapless/internal/onfailure"
 )
@@ -131,7 +131,7 @@ func TestFailureQueueMessagesReplayExactlyTheirRange(t *testing.T) {
 		}
 	})
 	t.Run("expired start is counted lost", func(t *testing.T) {
-		// Through internal/retention: the range's first records expired before anyone read them.
+		// Through internal/local/retention: the range's first records expired before anyone read them.
 		s := newStack(t, 1)
 		expire := s.trimmed()
 		gone := s.putN(2, "gone", keyMod(3), nil)

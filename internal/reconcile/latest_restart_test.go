@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/gapless-dev/gapless/internal/consumer"
-	"github.com/gapless-dev/gapless/internal/esm"
+	"github.com/gapless-dev/gapless/internal/local/esm"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 )
 

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gapless-dev/gapless/internal/localstack"
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/localstack"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 )
 
 func TestMain(m *testing.M) {

@@ -86,7 +86,7 @@ func (r *shardReader) open(ctx context.Context, typ types.ShardIteratorType, seq
 // Kinesis answers InvalidArgumentException for a StartingSequenceNumber it cannot serve
 // because the records after it expired (the only error the GetShardIterator API reference
 // documents for a bad position; consumers report it for expired checkpoints, as handled in
-// harlow/kinesis-consumer#175; internal/retention answers the same locally). kinesis-mock
+// harlow/kinesis-consumer#175; internal/local/retention answers the same locally). kinesis-mock
 // (kinesis-local) answers ResourceNotFoundException "Unable to find record with provided
 // SequenceNumber" for any number it holds no record for; a ResourceNotFoundException for a
 // missing stream or shard is neither.

@@ -123,7 +123,7 @@ func TestSettleWindowLeavesYoungRecords(t *testing.T) {
 
 func TestRetentionLossCountedOnce(t *testing.T) {
 	s := newStack(t, 1)
-	// Through internal/retention: records 0-4 verified, 5-9 never consumed, the trim horizon
+	// Through internal/local/retention: records 0-4 verified, 5-9 never consumed, the trim horizon
 	// passes 0-9, records 10-19 are held and 10-14 missing from the ledger.
 	expire := s.trimmed()
 	cons := s.pipeline(newRecorder().process, 3)

@@ -70,7 +70,7 @@ func TestReplayRangeLossCountedOnce(t *testing.T) {
 }
 
 // TestReplayRangeLossCountedOnceOnTheStack: the same through a stream that really trims
-// (internal/retention over kinesis-local) and the DynamoDB checkpoint store. A failure-queue
+// (internal/local/retention over kinesis-local) and the DynamoDB checkpoint store. A failure-queue
 // message naming a range whose start expired is replayed twice (a redelivery) and then the
 // scheduled pass runs: the span is counted once; a range whose expired part had been verified
 // counts nothing.

@@ -15,12 +15,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
-	"github.com/gapless-dev/gapless/internal/faultproxy"
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
-	"github.com/gapless-dev/gapless/internal/retention"
+	"github.com/gapless-dev/gapless/internal/local/faultproxy"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/retention"
 )
 
-// trimmed puts the stack's Kinesis client behind a retention proxy (internal/retention): the
+// trimmed puts the stack's Kinesis client behind a retention proxy (internal/local/retention): the
 // records put before expire() is called are trimmed from the stream for every reader.
 func (s *stack) trimmed() (expire func()) {
 	s.t.Helper()

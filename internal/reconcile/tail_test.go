@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/consumer"
-	"github.com/gapless-dev/gapless/internal/esm"
-	"github.com/gapless-dev/gapless/internal/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/esm"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 )
 
 // crashingInvoker runs the real consumer handler, except that every invocation holding one of

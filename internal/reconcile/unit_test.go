@@ -122,7 +122,7 @@ func TestWatermarkRecordGone(t *testing.T) {
 		{"held", nil, 0, 0, 2},
 		// The watermark's own record expired, the one after it is held: nothing lost.
 		{"only the watermark's record expired", nil, 2, 0, 2},
-		// The record after the watermark expired (as internal/retention answers).
+		// The record after the watermark expired (as internal/local/retention answers).
 		{"the record after it expired", nil, 3, 1, 3},
 		// kinesis-local refuses a number that is no record: no proof of expiry, no loss.
 		{"not a record", func(*memShard, string) (int, error) {

@@ -1,6 +1,6 @@
 // Package wire builds what both functions share from their typed configuration: the AWS
 // clients (S3 for the payload bucket among them), the stores, the logger and the batch pipeline around the business logic (package
-// process, wrapped by internal/chaos when GAPLESS_CHAOS is set, which only the demo does). The
+// process, wrapped by internal/local/chaos when GAPLESS_CHAOS is set, which only the demo does). The
 // mains stay thin: load config, call Build, add their own handler, lambda.Start.
 package wire
 
@@ -17,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/gapless-dev/gapless/internal/chaos"
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/consumer"
@@ -63,7 +62,7 @@ func WithProcessWrapper(wrap func(pipeline.ProcessFunc) pipeline.ProcessFunc) Op
 }
 
 // Build wires the pipeline for cfg. getenv is os.Getenv in a main (for AWS_LAMBDA_LOG_LEVEL and
-// GAPLESS_CHAOS); logs and EMF metric lines go to out.
+// AWS_ENDPOINT_URL_S3); logs and EMF metric lines go to out.
 func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration, getenv func(string) string, out io.Writer, opts ...Option) (Parts, error) {
 	var o options
 	for _, opt := range opts {
@@ -76,13 +75,9 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 	}
 	ddb, sqsClient := dynamodb.NewFromConfig(awsCfg), sqs.NewFromConfig(awsCfg)
 	objects := NewS3(awsCfg, getenv)
-	var forward pipeline.ProcessFunc = process.New(sqsClient, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket))
+	var proc pipeline.ProcessFunc = process.New(sqsClient, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket))
 	if o.wrap != nil {
-		forward = o.wrap(forward)
-	}
-	proc, err := chaos.WrapFromEnv(getenv, forward)
-	if err != nil {
-		return Parts{}, err
+		proc = o.wrap(proc)
 	}
 	cps := checkpoint.New(ddb, cfg.CheckpointTable)
 	ledger := pipeline.DedupeLedger{L: dedupe.New(ddb, cfg.DedupeTable, dedupe.WithTTL(cfg.LedgerTTL), dedupe.WithLogger(logger))}

@@ -2,15 +2,13 @@ package wire
 
 import (
 	"context"
-	"errors"
 	"io"
-	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/gapless-dev/gapless/internal/chaos"
 	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 )
 
 func common() config.Common {
@@ -22,37 +20,19 @@ func common() config.Common {
 
 func TestBuild(t *testing.T) {
 	t.Setenv("AWS_REGION", "us-east-1")
-	tests := []struct {
-		name    string
-		chaos   string
-		wantErr error
-	}{
-		{"no fault injection", "", nil},
-		{"fault injection on", "seed=3,transient=0.1", nil},
-		{"bad fault injection names the variable", "transient=lots", chaos.ErrConfig},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			getenv := func(k string) string {
-				if k == chaos.EnvVar {
-					return tt.chaos
-				}
-				return ""
-			}
-			parts, err := Build(context.Background(), common(), config.DefaultDeadlineMargin, getenv, io.Discard)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), chaos.EnvVar) {
-					t.Fatalf("err = %v, want %v naming %s", err, tt.wantErr, chaos.EnvVar)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if parts.Pipeline == nil || parts.Checkpoints == nil || parts.Logger == nil || parts.Metrics == nil {
-				t.Fatalf("incomplete parts: %+v", parts)
-			}
-		})
+	wrapped := false
+	wrap := WithProcessWrapper(func(p pipeline.ProcessFunc) pipeline.ProcessFunc { wrapped = true; return p })
+	for _, opts := range [][]Option{nil, {wrap}} {
+		parts, err := Build(context.Background(), common(), config.DefaultDeadlineMargin, func(string) string { return "" }, io.Discard, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if parts.Pipeline == nil || parts.Checkpoints == nil || parts.Logger == nil || parts.Metrics == nil {
+			t.Fatalf("incomplete parts: %+v", parts)
+		}
+		if wrapped != (len(opts) == 1) {
+			t.Fatalf("with %d options the Process wrapper ran: %v", len(opts), wrapped)
+		}
 	}
 }
 

@@ -1,0 +1,705 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// writeVariantFiles writes a variant's timeline (JSON) and chart (SVG) into its directory.
+func writeVariantFiles(v *variant, r *VariantResult) error {
+	b, err := json.MarshalIndent(r.Timeline, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(v.dir, "timeline.json"), b, 0o644); err != nil {
+		return fmt.Errorf("demo: write timeline: %w", err)
+	}
+	v.mu.Lock()
+	var marks []chartMark
+	if !v.raceAt.IsZero() {
+		marks = append(marks, chartMark{at: v.raceAt.Sub(v.start), label: "2nd mapping", shard: v.raceShard})
+	}
+	if !v.splitAt.IsZero() {
+		marks = append(marks, chartMark{at: v.splitAt.Sub(v.start), label: "split"})
+	}
+	v.mu.Unlock()
+	svg := Chart(columnTitle[v.name], r.Timeline, v.gapless, marks, v.outcomeTicks())
+	if err := os.WriteFile(filepath.Join(v.dir, "chart.svg"), []byte(svg), 0o644); err != nil {
+		return fmt.Errorf("demo: write chart: %w", err)
+	}
+	return nil
+}
+
+// writeReport writes report.md and result.json into the report directory.
+func writeReport(res *Result) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(res.ReportDir, "result.json"), b, 0o644); err != nil {
+		return fmt.Errorf("demo: write result: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(res.ReportDir, "report.md"), []byte(Markdown(res)), 0o644); err != nil {
+		return fmt.Errorf("demo: write report: %w", err)
+	}
+	return nil
+}
+
+// columnTitle is a variant's column heading.
+var columnTitle = map[string]string{
+	VariantBaseline: "mapping alone", VariantCheckpointDecides: "checkpoint decides", VariantGapless: "gapless",
+}
+
+// rows are the side-by-side figures: a label, then one cell per variant that ran (res.ran()).
+func rows(res *Result) [][]string {
+	vs := res.ran()
+	num := func(f func(*VariantResult) int) func(*VariantResult) string {
+		return func(r *VariantResult) string { return fmt.Sprint(f(r)) }
+	}
+	// only shows a figure for the named variants and a dash for the others.
+	only := func(f func(*VariantResult) string, names ...string) func(*VariantResult) string {
+		return func(r *VariantResult) string {
+			if slices.Contains(names, r.Name) {
+				return f(r)
+			}
+			return "—"
+		}
+	}
+	row := func(label string, f func(*VariantResult) string) []string {
+		out := []string{label}
+		for _, v := range vs {
+			out = append(out, f(v))
+		}
+		return out
+	}
+	same := func(label string, f func(*VariantResult) int) []string { return row(label, num(f)) }
+	g := VariantGapless
+	return [][]string{
+		same("produced", func(r *VariantResult) int { return r.Produced }),
+		same("  of which poison", func(r *VariantResult) int { return r.PoisonProduced }),
+		row("  of which killers (crash / hang)", killerKinds),
+		same("delivered (unique)", func(r *VariantResult) int { return r.DeliveredUnique }),
+		same("duplicates delivered", func(r *VariantResult) int { return r.Duplicates }),
+		row("parked (payload verified)", only(num(func(r *VariantResult) int { return r.Parked }), g)),
+		same("LOST", func(r *VariantResult) int { return r.Lost }),
+		same("lost to retention (records, --expire)", func(r *VariantResult) int { return r.LostToRetention }),
+		row("  alarmed: LostToRetention spans", only(num(func(r *VariantResult) int { return r.Reconciler.LostToRetention }), g)),
+		row("  skipped as at/below the checkpoint", only(num(func(r *VariantResult) int { return r.handler().Filtered }), VariantCheckpointDecides)),
+		row("  replaces lost (batch's rest skipped)", only(num(func(r *VariantResult) int { return r.handler().RacesLost }), VariantCheckpointDecides)),
+		same("records given up by the mapping", func(r *VariantResult) int { return r.Mapping.RecordsGivenUp }),
+		row("gaps detected / replayed", only(func(r *VariantResult) string { return fmt.Sprintf("%d / %d", r.GapsDetected, r.GapsReplayed) }, g)),
+		row("  replayed past the checkpoint (tail)", only(num(func(r *VariantResult) int { return r.Reconciler.TailReplayed }), g)),
+		row("DynamoDB requests per batch", only(func(r *VariantResult) string { return fmt.Sprintf("%.2f", r.DDB.RequestsPerBatch) }, g)),
+		row("DynamoDB write units per record", only(func(r *VariantResult) string { return fmt.Sprintf("%.3f", r.DDB.WCUPerRecord) }, g)),
+		same("invocations", func(r *VariantResult) int { return r.Mapping.Invocations }),
+		row("seconds", func(r *VariantResult) string { return fmt.Sprintf("%.0f", r.Seconds) }),
+	}
+}
+
+// handler is the variant's handler decisions (zero when it has none).
+func (r *VariantResult) handler() HandlerStats {
+	if r.Handler == nil {
+		return HandlerStats{}
+	}
+	return *r.Handler
+}
+
+// header is the table's first row: an empty label, then the variants' titles.
+func header(res *Result) []string {
+	out := []string{""}
+	for _, v := range res.ran() {
+		out = append(out, columnTitle[v.Name])
+	}
+	return out
+}
+
+// Table is the side-by-side table as plain text (the CLI prints it on stdout).
+func Table(res *Result) string {
+	rs := append([][]string{header(res)}, rows(res)...)
+	if dup := duplicateRows(res); len(dup) > 0 {
+		rs = append(rs, append([]string{"duplicates by cause:"}, make([]string, len(rs[0])-1)...))
+		rs = append(rs, dup...)
+	}
+	widths := make([]int, len(rs[0]))
+	for _, r := range rs {
+		for i, c := range r {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range rs {
+		for i, c := range r {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			if i == 0 {
+				b.WriteString(c + pad)
+			} else {
+				b.WriteString("  " + pad + c)
+			}
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "\nreport: %s\n", filepath.Join(res.ReportDir, "report.md"))
+	return b.String()
+}
+
+// Markdown is the report.
+func Markdown(res *Result) string {
+	var b strings.Builder
+	g := res.Gapless
+	verdict := "**gapless lost nothing**"
+	if g == nil {
+		verdict = "**gapless did not run**"
+	}
+	if !res.OK() {
+		verdict = "**gapless FAILED**: "
+		switch {
+		case res.Lost > 0:
+			verdict += fmt.Sprintf("%d records lost", res.Lost)
+		case !res.Verified:
+			verdict += "the reconciler had not verified every shard when the run ended"
+		default:
+			verdict += "a parked message does not carry its record's payload"
+		}
+	}
+	fmt.Fprintf(&b, "# gapless demo\n\n%s. Seed %d, runtime %s, %.0f s in all.\n\n", verdict, res.Seed, res.Runtime, res.Seconds)
+	s := res.Settings
+	fmt.Fprintf(&b, "Workload: %d records (%d partition keys) at %d/s over %d shards, ParallelizationFactor %d, batch size %d, "+
+		"function timeout %s, MaximumRetryAttempts %d, MaximumRecordAgeInSeconds %s, bisect %v; gapless parks after %d failed attempts, reconciler every %s "+
+		"with a settle window of %s.\n\n", s.Records, s.Keys, s.Rate, s.Shards, s.Parallelization, s.BatchSize,
+		s.FunctionTimeout, s.RetryAttempts, recordAge(s.MaxRecordAge), s.Bisect, s.MaxRecordAttempts, s.Reconcile, s.SettleAfter)
+	if s.Duration != "0s" {
+		fmt.Fprintf(&b, "Soak: production spread over %s.\n\n", s.Duration)
+	}
+	mdRows(&b, header(res), rows(res))
+	b.WriteString("\n*lost* = produced − delivered (unique ids at the target queue) − parked (records not delivered whose " +
+		"exact payload is in the parked queue). The mapping alone loses what it gives up (retries exhausted: its " +
+		"on-failure destination gets metadata only) and every poison record. Checkpoint decides (the seed report's " +
+		"consumer) also drops records at or below a shared checkpoint that another batch of the shard moved past them, " +
+		"and the failed records of a batch whose compare-and-replace lost. gapless parks poison records with their " +
+		"payload and replays every range the mapping gave up.\n\n")
+	b.WriteString("![delivered, parked, lost and duplicated per variant](outcome.svg)\n\n")
+	if dup := duplicateRows(res); len(dup) > 0 {
+		b.WriteString("## Duplicates by cause\n\nEach delivery of a record after its first, attributed from what the run " +
+			"recorded: which function's SQS proxy forwarded it (consumer of the first mapping, of the racing mapping, or " +
+			"the reconciler), the SDK's invocation id of the send (a retried send), and how the mapping's invocation " +
+			"that delivered the earlier copy ended (timed out, failed its ledger write, partial failure).\n\n")
+		mdRows(&b, header(res), dup)
+		b.WriteString("\n")
+	}
+
+	cols := res.ran()
+	table := func(title string) {
+		fmt.Fprintf(&b, "\n## %s\n\n", title)
+		head := header(res)
+		head[0] = " "
+		b.WriteString("|" + strings.Join(head, " | ") + " |\n|---|" + strings.Repeat("---:|", len(head)-1) + "\n")
+	}
+	fault := func(label string, f func(*VariantResult) string) {
+		cells := []string{label}
+		for _, v := range cols {
+			cells = append(cells, f(v))
+		}
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	itoa := func(n int64) string { return fmt.Sprint(n) }
+	table("Faults injected")
+	fault("poison records produced (permanent failure)", func(r *VariantResult) string { return fmt.Sprint(r.PoisonProduced) })
+	fault("in-function transient errors", func(r *VariantResult) string { return itoa(r.Faults.Chaos.Transient) })
+	fault("in-function panics", func(r *VariantResult) string { return itoa(r.Faults.Chaos.Panics) })
+	fault("in-function slow calls (invocation timeouts)", func(r *VariantResult) string {
+		return itoa(r.Faults.Chaos.Slow) + fmt.Sprintf(" (%d)", r.Mapping.Timeouts)
+	})
+	fault("killer records produced (crash / hang)", killerKinds)
+	fault("attempts at crash killers (runtime exits)", func(r *VariantResult) string { return itoa(r.Faults.Chaos.Crashes) })
+	fault("attempts at hang killers (past the timeout)", func(r *VariantResult) string { return itoa(r.Faults.Chaos.Hangs) })
+	fault("DynamoDB throttled / 5xx / response dropped", func(r *VariantResult) string {
+		return fmt.Sprintf("%d / %d / %d", r.Faults.DynamoDB.Throttled, r.Faults.DynamoDB.ServerErrors, r.Faults.DynamoDB.DroppedAfter)
+	})
+	fault("SQS throttled / 5xx / response dropped", func(r *VariantResult) string {
+		return fmt.Sprintf("%d / %d / %d", r.Faults.SQS.Throttled, r.Faults.SQS.ServerErrors, r.Faults.SQS.DroppedAfter)
+	})
+	fault("shard split", func(r *VariantResult) string { return orDash(r.Mapping.SplitShard) })
+	fault("racing mappings (same function config and group)", func(r *VariantResult) string { return fmt.Sprint(r.Mapping.Mappings) })
+	fault("reconciler killed mid-replay", func(r *VariantResult) string {
+		if r.Name != VariantGapless {
+			return "—"
+		}
+		return fmt.Sprint(r.Faults.ReconcilerKills)
+	})
+	if g != nil && g.Faults.KillNote != "" {
+		fmt.Fprintf(&b, "\nKill: %s.\n", g.Faults.KillNote)
+	}
+	if res.Runtime == RuntimeRIE {
+		b.WriteString("\nUnder the emulator the in-function faults are read back from the bootstraps' shared chaos " +
+			"state (internal/local/chaos StateStats).\n")
+	}
+
+	if killersProduced(res) {
+		b.WriteString(killerSection(res))
+	}
+
+	table("Event-source mapping")
+	mrow := func(label string, f func(MappingStats) int) {
+		fault(label, func(r *VariantResult) string { return fmt.Sprint(f(r.Mapping)) })
+	}
+	mrow("invocations", func(m MappingStats) int { return m.Invocations })
+	mrow("function errors (timeouts included)", func(m MappingStats) int { return m.FunctionErrors })
+	mrow("partial batch failures", func(m MappingStats) int { return m.PartialFailures })
+	mrow("bisections", func(m MappingStats) int { return m.Bisections })
+	mrow("batches given up (on-failure messages)", func(m MappingStats) int { return m.RetriesExhausted + m.RecordAgeExceeded })
+	mrow("records given up", func(m MappingStats) int { return m.RecordsGivenUp })
+	mrow("on-failure messages not delivered (DestinationDeliveryFailures)", func(m MappingStats) int { return m.DestinationDeliveryFailures })
+
+	if c := res.CheckpointDecides; c != nil && c.Handler != nil {
+		h := c.Handler
+		fmt.Fprintf(&b, "\n## Checkpoint decides: what the handler decided\n\n- records received: %d; processed: %d; failed: %d\n"+
+			"- dropped as at or below the shared checkpoint (\"processed by the other consumer\"): %d\n"+
+			"- batches whose compare-and-replace lost (rest of the batch skipped): %d, leaving %d failed records unretried\n"+
+			"- lost: %d records, none of them given up by the mapping: the handler reported them done\n",
+			h.Received, h.Processed, h.Failed, h.Filtered, h.RacesLost, h.Abandoned, c.Lost)
+	}
+
+	if g != nil {
+		r := g.Reconciler
+		fmt.Fprintf(&b, "\n## Reconciler (gapless)\n\n- scheduled passes: %d (%d failed)\n- failure-queue invocations: %d "+
+			"(%d messages received, %d accounted for and deleted, %d retried)\n- invocations killed: %d\n"+
+			"- gaps detected: %d, replayed: %d; lost to retention: %d\n- checkpoint mirror writes: %d\n- every shard verified "+
+			"(watermark at the checkpoint mirror, closed shards to their end) before the run ended: %v\n",
+			r.ScheduledRuns, r.ScheduledErrors, r.FailureInvocations, r.FailureMessages, r.FailureDeleted, r.FailureRetried,
+			r.Crashes, g.GapsDetected, g.GapsReplayed, r.LostToRetention, r.CheckpointWrites, g.Verified)
+
+		b.WriteString("\n## DynamoDB (gapless)\n\nRequests counted at the fault proxies (faulted requests and SDK retries included); " +
+			"write units computed from the bodies of the requests that reached DynamoDB with internal/local/ddbmeter's size rules.\n\n" +
+			"| operation | consumer requests | reconciler requests |\n|---|---:|---:|\n")
+		ops := map[string]bool{}
+		for op := range g.DDB.Requests {
+			ops[op] = true
+		}
+		for op := range g.DDB.ReconcilerRequests {
+			ops[op] = true
+		}
+		names := make([]string, 0, len(ops))
+		for op := range ops {
+			names = append(names, op)
+		}
+		sort.Strings(names)
+		for _, op := range names {
+			fmt.Fprintf(&b, "| %s | %d | %d |\n", op, g.DDB.Requests[op], g.DDB.ReconcilerRequests[op])
+		}
+		fmt.Fprintf(&b, "\nConsumer: %d invocations, %.2f requests per batch, %.1f write units in all; reconciler: %.1f write units; "+
+			"%.3f write units per produced record.\n", g.Mapping.Invocations, g.DDB.RequestsPerBatch,
+			g.DDB.Meter.Total.WriteUnits, g.DDB.ReconcilerMeter.Total.WriteUnits, g.DDB.WCUPerRecord)
+	}
+
+	b.WriteString("\n## Timelines per shard\n\nRecords produced (grey) and the checkpoint (blue: gapless's mirror; for the " +
+		"other variants the mapping's slowest lane), gapless's verified watermark (green); red ticks under a panel are " +
+		"the records lost, orange ticks the records parked, at their position in the shard.\n\n")
+	for _, v := range cols {
+		fmt.Fprintf(&b, "![%s](%s/chart.svg)\n\n", columnTitle[v.Name], v.Name)
+	}
+
+	b.WriteString("## Memory (RSS)\n\n")
+	rssSummary(&b, cols, res.FullReport)
+	for _, vr := range cols {
+		if len(vr.LostRecords) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n## Lost by %s (first %d of %d)\n\n| id | partition key | shard | sequence number |", columnTitle[vr.Name], len(vr.LostRecords), vr.Lost)
+		if vr == g {
+			b.WriteString(" ledger: done / parked / attempts |\n|---|---|---|---|---|\n")
+		} else {
+			b.WriteString("\n|---|---|---|---|\n")
+		}
+		for _, l := range vr.LostRecords {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |", l.ID, l.PartitionKey, l.ShardID, l.Seq)
+			if vr == g {
+				if l.LedgerError != "" {
+					fmt.Fprintf(&b, " lookup failed: %s |", l.LedgerError)
+				} else {
+					fmt.Fprintf(&b, " %v / %v / %d |", l.LedgerDone, l.LedgerParked, l.LedgerAttempts)
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString("\nFiles: `result.json` (everything above), `outcome.svg`, `<variant>/chart.svg`, `<variant>/timeline.json`, " +
+		"`<variant>/functions.log` (`runtime.log` under the emulator).")
+	if res.FullReport {
+		b.WriteString(" `sdk.log`, `stack/logs/` (emulators).")
+	} else {
+		b.WriteString(" The SDK log and the emulators' logs are kept with `--full-report`.")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// rssSummary writes the memory table: with full, every process; otherwise one row per kind of
+// process and variant (how many, and the range of their first, steady and last samples).
+func rssSummary(b *strings.Builder, vs []*VariantResult, full bool) {
+	if full {
+		b.WriteString("| variant | process | pid | first | steady | last | max | observed | flat |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, vr := range vs {
+			for _, p := range vr.Processes {
+				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %.0fs | %v |\n", vr.Name, p.Name, p.PID,
+					mb(p.FirstKB), mb(p.SteadyKB), mb(p.LastKB), mb(p.MaxKB), p.Seconds, p.Flat)
+			}
+		}
+		return
+	}
+	b.WriteString("Per variant and kind of process (every process: `--full-report`, or `processes` in result.json).\n\n" +
+		"| variant | process | count | first | steady | last | max | all flat |\n|---|---|---:|---|---|---|---:|---|\n")
+	type agg struct {
+		n                   int
+		first, steady, last [2]int64
+		max                 int64
+		flat                bool
+	}
+	span := func(r [2]int64) string {
+		if r[0] == r[1] {
+			return mb(r[0])
+		}
+		return mb(r[0]) + "–" + mb(r[1])
+	}
+	for _, vr := range vs {
+		by := map[string]*agg{}
+		var names []string
+		for _, p := range vr.Processes {
+			a := by[p.Name]
+			if a == nil {
+				a = &agg{first: [2]int64{p.FirstKB, p.FirstKB}, steady: [2]int64{p.SteadyKB, p.SteadyKB}, last: [2]int64{p.LastKB, p.LastKB}, flat: true}
+				by[p.Name] = a
+				names = append(names, p.Name)
+			}
+			a.n++
+			for _, x := range []struct {
+				r *[2]int64
+				v int64
+			}{{&a.first, p.FirstKB}, {&a.steady, p.SteadyKB}, {&a.last, p.LastKB}} {
+				x.r[0], x.r[1] = min(x.r[0], x.v), max(x.r[1], x.v)
+			}
+			a.max = max(a.max, p.MaxKB)
+			a.flat = a.flat && p.Flat
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			a := by[n]
+			fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %v |\n", vr.Name, n, a.n, span(a.first), span(a.steady), span(a.last), mb(a.max), a.flat)
+		}
+	}
+}
+
+// mdRows writes a markdown table: the header, then the rows, numbers right-aligned.
+func mdRows(b *strings.Builder, head []string, rs [][]string) {
+	b.WriteString("|" + strings.Join(head, " | ") + " |\n|---|" + strings.Repeat("---:|", len(head)-1) + "\n")
+	for _, r := range rs {
+		cells := append([]string{strings.TrimSpace(r[0])}, r[1:]...)
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+func mb(kb int64) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
+
+// chartMark is a vertical line on the chart (the split, the racing mapping's start).
+type chartMark struct {
+	at    time.Duration
+	label string
+	shard string // only on this shard's panel ("": every panel)
+}
+
+// Chart draws the timeline as an SVG: one panel per shard, time across, records up; produced
+// (grey), the checkpoint (blue: gapless's mirror, or the mapping alone's slowest lane) and, for
+// gapless, the verified watermark (green).
+func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[string][]chartTick) string {
+	shardSet := map[string]bool{}
+	var end time.Duration
+	for _, s := range tl {
+		for id := range s.Shards {
+			shardSet[id] = true
+		}
+		end = max(end, s.At)
+	}
+	shards := make([]string, 0, len(shardSet))
+	for id := range shardSet {
+		shards = append(shards, id)
+	}
+	sort.Strings(shards)
+	const (
+		cols   = 2
+		pw, ph = 440, 190 // panel
+		ml, mt = 48, 26   // margins inside a panel
+		mr, mb = 12, 28
+		top    = 44
+	)
+	rowsN := (len(shards) + cols - 1) / cols
+	width, height := cols*pw, top+max(rowsN, 1)*ph
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+	title := name + ": produced vs. the mapping's slowest lane's checkpoint, per shard"
+	if gapless {
+		title = name + ": produced vs. checkpoint mirror vs. verified watermark, per shard"
+	}
+	fmt.Fprintf(&b, `<text x="10" y="18" font-size="14" font-weight="bold">%s</text>`+"\n", html.EscapeString(title))
+	legend := []struct{ color, label string }{{"#999999", "produced"}, {"#1f77b4", "checkpoint"}}
+	if gapless {
+		legend = append(legend, struct{ color, label string }{"#2ca02c", "verified watermark"})
+	}
+	for i, l := range legend {
+		x := 10 + i*150
+		fmt.Fprintf(&b, `<line x1="%d" y1="32" x2="%d" y2="32" stroke="%s" stroke-width="3"/><text x="%d" y="36">%s</text>`+"\n", x, x+24, l.color, x+30, l.label)
+	}
+	nLost, nParked := 0, 0
+	for _, ts := range ticks {
+		for _, t := range ts {
+			if t.parked {
+				nParked++
+			} else {
+				nLost++
+			}
+		}
+	}
+	lx := 10 + len(legend)*150
+	fmt.Fprintf(&b, `<path d="M%d,27 l8,10 M%d,37 l8,-10" stroke="#d62728" stroke-width="2.5"/><text x="%d" y="36" fill="#d62728" font-weight="bold">lost (%d)</text>`+"\n", lx, lx, lx+14, nLost)
+	fmt.Fprintf(&b, `<circle cx="%d" cy="32" r="4" fill="none" stroke="#ff7f0e" stroke-width="2"/><text x="%d" y="36" fill="#ff7f0e">parked (%d)</text>`+"\n", lx+110, lx+118, nParked)
+	if len(shards) == 0 || end <= 0 {
+		b.WriteString(`<text x="10" y="70">no samples</text></svg>` + "\n")
+		return b.String()
+	}
+	for i, id := range shards {
+		ox, oy := (i%cols)*pw, top+(i/cols)*ph
+		x0, y0 := ox+ml, oy+mt
+		w, h := pw-ml-mr, ph-mt-mb
+		ymax := 1
+		for _, s := range tl {
+			ymax = max(ymax, s.Shards[id].Produced)
+		}
+		fmt.Fprintf(&b, `<g><text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", x0, oy+16, html.EscapeString(id))
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#cccccc"/>`+"\n", x0, y0, w, h)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%d</text><text x="%d" y="%d" text-anchor="end">0</text>`+"\n", x0-4, y0+4, ymax, x0-4, y0+h)
+		fmt.Fprintf(&b, `<text x="%d" y="%d">0s</text><text x="%d" y="%d" text-anchor="end">%.0fs</text>`+"\n", x0, y0+h+14, x0+w, y0+h+14, end.Seconds())
+		px := func(at time.Duration) float64 { return float64(x0) + float64(w)*at.Seconds()/end.Seconds() }
+		py := func(n int) float64 { return float64(y0+h) - float64(h)*float64(n)/float64(ymax) }
+		for k, m := range marks {
+			if m.shard != "" && m.shard != id {
+				continue
+			}
+			x := px(m.at)
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" stroke-dasharray="4,3"/><text x="%.1f" y="%d" fill="#d62728">%s</text>`+"\n",
+				x, y0, x, y0+h, x+3, y0+12+14*k, html.EscapeString(m.label))
+		}
+		line := func(color string, width float64, get func(ShardSample) int) {
+			var pts []string
+			for _, s := range tl {
+				ss, ok := s.Shards[id]
+				if !ok {
+					continue
+				}
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.At), py(get(ss))))
+			}
+			if len(pts) > 0 {
+				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" points="%s"/>`+"\n", color, width, strings.Join(pts, " "))
+			}
+		}
+		line("#999999", 3, func(s ShardSample) int { return s.Produced })
+		line("#1f77b4", 2, func(s ShardSample) int { return s.Checkpoint })
+		if gapless {
+			line("#2ca02c", 2, func(s ShardSample) int { return s.Watermark })
+		}
+		// Lost and parked records, on the produced line at the time it reached them.
+		lostHere := 0
+		for _, t := range ticks[id] {
+			// On the produced line: between the samples before and after production reached it.
+			at, prevAt, prevN, seen := end, time.Duration(0), 0, false
+			for _, s := range tl {
+				ss, ok := s.Shards[id]
+				if !ok {
+					continue
+				}
+				if ss.Produced >= t.pos {
+					at = s.At
+					if seen && ss.Produced > prevN && prevAt < s.At {
+						at = prevAt + time.Duration(float64(s.At-prevAt)*float64(t.pos-prevN)/float64(ss.Produced-prevN))
+					}
+					break
+				}
+				prevAt, prevN, seen = s.At, ss.Produced, true
+			}
+			x, y := px(at), py(t.pos)
+			if t.parked {
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="4" fill="none" stroke="#ff7f0e" stroke-width="2"/>`+"\n", x, y)
+				continue
+			}
+			lostHere++
+			fmt.Fprintf(&b, `<path d="M%.1f,%.1f l8,8 M%.1f,%.1f l8,-8" stroke="#d62728" stroke-width="2"/>`+"\n", x-4, y-4, x-4, y+4)
+		}
+		if lostHere > 0 {
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" fill="#d62728" font-weight="bold">%d lost</text>`+"\n", x0+w, oy+16, lostHere)
+		}
+		b.WriteString("</g>\n")
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// reportBinDir holds the bootstraps the demo built, inside the report directory.
+const reportBinDir = "bin"
+
+// pruneReport removes what a reader does not need from a finished report directory (kept with
+// --full-report): the bootstraps, the SDK log, the emulators' logs and the chaos state.
+func pruneReport(dir string) {
+	for _, p := range []string{reportBinDir, "sdk.log", "stack"} {
+		_ = os.RemoveAll(filepath.Join(dir, p))
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "*", "chaos-state"))
+	for _, m := range matches {
+		_ = os.RemoveAll(m)
+	}
+}
+
+// writeOutcomeChart writes outcome.svg: per variant, records delivered, parked, lost and
+// duplicate deliveries.
+func writeOutcomeChart(res *Result) error {
+	svg := OutcomeChart(res.ran())
+	if err := os.WriteFile(filepath.Join(res.ReportDir, "outcome.svg"), []byte(svg), 0o644); err != nil {
+		return fmt.Errorf("demo: write outcome chart: %w", err)
+	}
+	return nil
+}
+
+// OutcomeChart draws one panel per figure (delivered, parked, lost, duplicate deliveries), a
+// bar per variant in each, every bar labelled with its number: each panel has its own scale,
+// so 7 lost records are as visible as 4,493 delivered ones.
+func OutcomeChart(vs []*VariantResult) string {
+	type metric struct {
+		title, color string
+		get          func(*VariantResult) int
+	}
+	metrics := []metric{
+		{"delivered (unique)", "#2ca02c", func(r *VariantResult) int { return r.DeliveredUnique }},
+		{"parked with payload", "#ff7f0e", func(r *VariantResult) int { return r.Parked }},
+		{"LOST", "#d62728", func(r *VariantResult) int { return r.Lost }},
+		{"duplicate deliveries", "#7f7f7f", func(r *VariantResult) int { return r.Duplicates }},
+	}
+	const (
+		pw, top, barH, gap, labelW = 300, 60, 22, 8, 170
+	)
+	ph := 40 + len(vs)*(barH+gap)
+	width, height := labelW+len(metrics)*pw, top+ph+30
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+	produced := 0
+	if len(vs) > 0 {
+		produced = vs[0].Produced
+	}
+	fmt.Fprintf(&b, `<text x="10" y="22" font-size="15" font-weight="bold">What became of the %d records produced, per variant</text>`+"\n", produced)
+	b.WriteString(`<text x="10" y="42" fill="#555">each panel has its own scale; lost = produced − delivered − parked</text>` + "\n")
+	for i, v := range vs {
+		y := top + 30 + i*(barH+gap)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" font-weight="bold">%s</text>`+"\n", labelW-8, y+barH/2+4, html.EscapeString(columnTitle[v.Name]))
+	}
+	for k, m := range metrics {
+		ox := labelW + k*pw
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold" fill="%s">%s</text>`+"\n", ox+4, top+16, m.color, html.EscapeString(m.title))
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#cccccc"/>`+"\n", ox, top+24, ox, top+ph)
+		mx := 1
+		for _, v := range vs {
+			mx = max(mx, m.get(v))
+		}
+		for i, v := range vs {
+			n := m.get(v)
+			y := top + 30 + i*(barH+gap)
+			w := float64(pw-80) * float64(n) / float64(mx)
+			if n > 0 && w < 2 {
+				w = 2
+			}
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", ox, y, w, barH, m.color)
+			weight := "normal"
+			if m.title == "LOST" && n > 0 {
+				weight = "bold"
+			}
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-weight="%s">%d</text>`+"\n", float64(ox)+w+5, y+barH/2+4, weight, n)
+		}
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// chartTick marks a record on a shard's timeline: lost (red) or parked (orange), at the time
+// its shard's production reached it.
+type chartTick struct {
+	pos    int // 1-based position of the record in its shard
+	parked bool
+}
+
+func killerKinds(r *VariantResult) string {
+	return fmt.Sprintf("%d / %d", r.Killers.Crash, r.Killers.Hang)
+}
+
+func killersProduced(res *Result) bool {
+	for _, r := range []*VariantResult{res.Baseline, res.Gapless} {
+		if r != nil && r.Killers.Produced() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// killerSection says what became of the killer records in each variant.
+func killerSection(res *Result) string {
+	var b strings.Builder
+	b.WriteString("\n## Killer records\n\nRecords that exit the runtime or hang past the function timeout on every " +
+		"attempt (`--crash`, `--hang`; chosen by the seed and the record's id, the same records in every variant). No " +
+		"invocation holding one ever returns an outcome.\n\n| fate | mapping alone | gapless |\n|---|---:|---:|\n")
+	line := func(label string, f func(KillerStats) int) {
+		cell := func(r *VariantResult) string {
+			if r == nil {
+				return "—"
+			}
+			return fmt.Sprint(f(r.Killers))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", label, cell(res.Baseline), cell(res.Gapless))
+	}
+	line("produced", KillerStats.Produced)
+	line("delivered", func(k KillerStats) int { return k.Delivered })
+	line("parked with their payload", func(k KillerStats) int { return k.Parked })
+	line("given up by the mapping: retries exhausted", func(k KillerStats) int { return k.GivenUpRetry })
+	line("given up by the mapping: record age", func(k KillerStats) int { return k.GivenUpAge })
+	line("held: still retried, lane blocked, when the run ended", func(k KillerStats) int { return k.Held })
+	if bl := res.Baseline; bl != nil && bl.Killers.Produced() > 0 {
+		k := bl.Killers
+		fmt.Fprintf(&b, "\nThe mapping alone: of %d killers it gave up on %d after MaximumRetryAttempts (%d) and discarded "+
+			"%d for their age; its on-failure messages carry metadata only, so those records are gone. %d were still "+
+			"being retried, their lanes blocked, when the run ended.\n",
+			k.Produced(), k.GivenUpRetry, res.Settings.RetryAttempts, k.GivenUpAge, k.Held)
+	}
+	if g := res.Gapless; g != nil && g.Killers.Produced() > 0 {
+		k := g.Killers
+		fmt.Fprintf(&b, "\ngapless: %d of %d killers parked with their payload; %d given up by the mapping and left to "+
+			"the reconciler; %d still held when the run ended.\n", k.Parked, k.Produced(), k.GivenUpRetry+k.GivenUpAge, k.Held)
+	}
+	return b.String()
+}
+
+// recordAge shows a MaximumRecordAgeInSeconds setting ("0s": off).
+func recordAge(d string) string {
+	if d == "" || d == "0s" {
+		return "off"
+	}
+	return d
+}

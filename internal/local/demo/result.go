@@ -1,0 +1,217 @@
+package demo
+
+import (
+	"context"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/local/faultproxy"
+	"github.com/gapless-dev/gapless/internal/recordid"
+)
+
+// result computes the variant's figures from what arrived downstream.
+func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool) *VariantResult {
+	r := &VariantResult{Name: v.name, Produced: v.writes.count(), Seconds: took.Seconds(), TimedOut: timedOut}
+	for _, p := range v.recs {
+		if p.Poison {
+			r.PoisonProduced++
+		}
+	}
+	trimmed := v.trimmedBeforeEnd(ctx)
+	r.Killers = v.killers(v.e.cfg.Parallelization)
+	produced := map[string]bool{}
+	for _, w := range v.writes.records() {
+		produced[w.id] = true
+		delivered := v.target.Has(w.id)
+		parked := v.parked.Has(w.id)
+		switch {
+		case delivered:
+			r.DeliveredUnique++
+			if parked {
+				r.ParkedAndDelivered++
+			}
+		case parked:
+			r.Parked++
+			r.ParkedIDs = append(r.ParkedIDs, w.id)
+		case trimmed[w.shard+"|"+w.seq]:
+			r.LostToRetention++
+			r.LostToRetentionIDs = append(r.LostToRetentionIDs, w.id)
+		default:
+			r.Lost++
+			r.LostRecords = append(r.LostRecords, LostRecord{ID: w.id, PartitionKey: w.key, ShardID: w.shard, Seq: w.seq})
+		}
+	}
+	sort.Slice(r.LostRecords, func(i, j int) bool { return r.LostRecords[i].ID < r.LostRecords[j].ID })
+	if len(r.LostRecords) > 50 {
+		r.LostRecords = r.LostRecords[:50]
+	}
+	for i, l := range r.LostRecords {
+		r.LostIDs = append(r.LostIDs, l.ID)
+		if v.gapless {
+			v.explainLoss(ctx, &r.LostRecords[i])
+		}
+	}
+	sort.Strings(r.ParkedIDs)
+	sort.Strings(r.LostToRetentionIDs)
+	r.HeldShard = v.heldShard
+	r.Unexpected = v.target.Unique() - r.DeliveredUnique
+	r.Duplicates = v.target.Duplicates()
+	logs := []string{filepath.Join(v.dir, "functions.log"), filepath.Join(v.dir, "runtime.log")}
+	r.DuplicatesByCause = duplicateCausesOf(v.sends.all(), v.invs, ledgerFailures(logs...), v.writes.records(),
+		v.e.cfg.Parallelization, r.Duplicates)
+	r.ParkedMessages = int(v.parkMsgs.Load())
+	r.ParkedBadPayload = int(v.parkBad.Load())
+	r.DrainReceiveErrors = int(v.drainErrs.Load())
+	r.LateDrained = int(v.lateDrained.Load())
+
+	r.Mapping = MappingStats{
+		Mappings: len(v.mappings), Invocations: int(v.ev.invocations.Load()), FunctionErrors: int(v.ev.functionErrors.Load()),
+		Timeouts: int(v.ev.timeouts.Load()), PartialFailures: int(v.ev.partial.Load()), Bisections: int(v.ev.bisected.Load()),
+		RetriesExhausted: int(v.ev.exhausted.Load()), RecordAgeExceeded: int(v.ev.expired.Load()), RecordsGivenUp: int(v.ev.givenUp.Load()),
+		DestinationDeliveryFailures: int(v.ev.destFailed.Load()),
+	}
+	v.mu.Lock()
+	if !v.splitAt.IsZero() {
+		r.Mapping.SplitShard = v.splitOf
+	}
+	r.Timeline = v.timeline
+	v.mu.Unlock()
+
+	fnStats := v.fnDDB.Stats()
+	r.DDB = DDBStats{
+		Requests:           opRequests(fnStats),
+		ReconcilerRequests: opRequests(v.recDDB.Stats()),
+		Meter:              v.fnMeter.Snapshot(),
+		ReconcilerMeter:    v.recMeter.Snapshot(),
+	}
+	total := 0
+	for _, n := range r.DDB.Requests {
+		total += n
+	}
+	if r.Mapping.Invocations > 0 && v.gapless {
+		r.DDB.RequestsPerBatch = float64(total) / float64(r.Mapping.Invocations)
+	}
+	if r.Produced > 0 && v.gapless {
+		r.DDB.WCUPerRecord = (r.DDB.Meter.Total.WriteUnits + r.DDB.ReconcilerMeter.Total.WriteUnits) / float64(r.Produced)
+	}
+	r.Faults = FaultStats{
+		Chaos:           v.fn.chaosStats(),
+		DynamoDB:        faultCounts(fnStats, v.recDDB.Stats()),
+		SQS:             faultCounts(v.fnSQS.Stats(), v.recSQS.Stats(), v.raceSQS.Stats()),
+		ReconcilerKills: func() int { n, _ := v.fn.killed(); return n }(),
+	}
+	_, r.Faults.KillNote = v.fn.killed()
+
+	if v.gapless {
+		r.Reconciler = ReconcilerStats{
+			ScheduledRuns: int(v.rec.scheduled.Load()), ScheduledErrors: int(v.rec.scheduledErrors.Load()),
+			FailureInvocations: int(v.rec.sqsInvocations.Load()), FailureMessages: int(v.rec.messages.Load()),
+			FailureDeleted: int(v.rec.deleted.Load()), FailureRetried: int(v.rec.retried.Load()), Crashes: int(v.rec.crashes.Load()),
+			TailReplayed: int(v.rec.tailReplayed.Load()),
+		}
+		if states, err := checkpoint.New(v.e.direct.ddb, v.checkpointTable).List(ctx, group, v.stream); err == nil {
+			for _, st := range states {
+				r.GapsDetected += int(st.GapsDetected)
+				r.GapsReplayed += int(st.GapsReplayed)
+				r.Reconciler.LostToRetention += int(st.LostToRetention)
+				r.Reconciler.CheckpointWrites += int(st.CheckpointWrites)
+			}
+		}
+		r.Verified = v.verified.Load()
+	}
+	if p, ok := v.fn.(*inProcess); ok && p.stats != nil && v.name == VariantCheckpointDecides {
+		st := p.stats
+		r.Handler = &HandlerStats{
+			Received: int(st.Records.Load()), Processed: int(st.Processed.Load()), Failed: int(st.Failed.Load()),
+			Filtered: int(st.Filtered.Load()), RacesLost: int(st.RacesLost.Load()), Abandoned: int(st.Abandoned.Load()),
+		}
+	}
+	r.Processes = v.rss.report()
+	return r
+}
+
+// trimmedBeforeEnd returns the records the retention proxy trimmed (--expire), keyed
+// "shard|sequence number"; nil without the fault. The horizon stopped moving when the held
+// shard was released, so only records older than the hold's end minus the retention are here.
+func (v *variant) trimmedBeforeEnd(ctx context.Context) map[string]bool {
+	if v.trim == nil {
+		return nil
+	}
+	recs, err := v.trim.Trimmed(ctx, v.stream)
+	if err != nil {
+		v.log.Error("listing the records the stream trimmed failed: they count as lost", "error", err.Error())
+		return nil
+	}
+	out := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		out[r.ShardID+"|"+r.SequenceNumber] = true
+	}
+	return out
+}
+
+// explainLoss adds what the ledger knows about a lost record, to tell a record gapless never
+// processed from one it recorded as done.
+func (v *variant) explainLoss(ctx context.Context, l *LostRecord) {
+	shard := recordid.Shard{Group: group, Stream: v.stream, ShardID: l.ShardID}
+	view, err := dedupe.New(v.e.direct.ddb, v.ledgerTable).Lookup(ctx, shard, l.Seq, l.Seq)
+	if err != nil {
+		l.LedgerError = err.Error()
+		return
+	}
+	id := recordid.ID{ShardID: l.ShardID, Seq: l.Seq}
+	l.LedgerDone, l.LedgerParked, l.LedgerAttempts = view.Done(id), view.Parked(id), view.Attempts(id)
+}
+
+func opRequests(s faultproxy.Stats) map[string]int {
+	out := map[string]int{}
+	for op, o := range s.Ops {
+		_, name, _ := cutOp(op)
+		out[name] += o.Requests
+	}
+	return out
+}
+
+func cutOp(op string) (svc, name string, ok bool) {
+	for i := 0; i < len(op); i++ {
+		if op[i] == '.' {
+			return op[:i], op[i+1:], true
+		}
+	}
+	return "", op, false
+}
+
+func faultCounts(ss ...faultproxy.Stats) ProxyFaults {
+	var f ProxyFaults
+	for _, s := range ss {
+		t := s.Total()
+		f.Requests += t.Requests
+		f.Throttled += t.Throttled
+		f.ServerErrors += t.ServerErrors
+		f.DroppedAfter += t.DroppedAfter
+	}
+	return f
+}
+
+// countIn is how many records were written to shard.
+func (w *ledgerOfWrites) countIn(shard string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.byShard[shard])
+}
+
+// outcomeTicks are, per shard, the positions of the records the variant lost or parked (for
+// the chart), computed like result's counts.
+func (v *variant) outcomeTicks() map[string][]chartTick {
+	seqs := v.writes.snapshot()
+	out := map[string][]chartTick{}
+	for _, w := range v.writes.records() {
+		if v.target.Has(w.id) {
+			continue
+		}
+		out[w.shard] = append(out[w.shard], chartTick{pos: position(seqs[w.shard], w.seq), parked: v.parked.Has(w.id)})
+	}
+	return out
+}

@@ -1,0 +1,220 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/local/esm"
+	"github.com/gapless-dev/gapless/internal/seqnum"
+)
+
+// laneLast is, per shard and lane, the last record's sequence number: the mapping is drained
+// when every lane's checkpoint reached it.
+func (v *variant) laneLast() map[string]map[int]string {
+	out := map[string]map[int]string{}
+	for _, w := range v.writes.records() {
+		l := laneOf(w.key, v.e.cfg.Parallelization)
+		if out[w.shard] == nil {
+			out[w.shard] = map[int]string{}
+		}
+		if cur := out[w.shard][l]; cur == "" || seqnum.Compare(w.seq, cur) > 0 {
+			out[w.shard][l] = w.seq
+		}
+	}
+	return out
+}
+
+// drained reports whether every mapping's every lane reached its last record.
+func (v *variant) drained(laneLast map[string]map[int]string) bool {
+	v.mu.Lock()
+	ms := append([]*esm.Mapping(nil), v.mappings...)
+	v.mu.Unlock()
+	for _, m := range ms {
+		cps := m.Checkpoints()
+		for shard, lanes := range laneLast {
+			for l, last := range lanes {
+				lc := cps[shard]
+				if l >= len(lc) || lc[l] == "" || seqnum.Compare(lc[l], last) < 0 {
+					return false
+				}
+			}
+		}
+	}
+	return len(ms) > 0
+}
+
+// complete reports whether the run is over: the mappings are drained and, for gapless, the
+// failure queue is empty and the reconciler has verified every shard (an open shard up to its
+// checkpoint mirror, a closed shard to its end). Records above an open shard's mirror can only
+// be in ranges the mapping gave up on, which the failure queue carried to the reconciler.
+func (v *variant) complete(ctx context.Context, laneLast map[string]map[int]string) bool {
+	if !v.drained(laneLast) {
+		return false
+	}
+	if !v.gapless {
+		return true
+	}
+	ok, n, err := v.verifiedShards(ctx)
+	if err != nil {
+		return false
+	}
+	v.shardsOK.Store(int64(ok))
+	v.shardsN.Store(int64(n))
+	if ok < n {
+		return false
+	}
+	visible, inFlight, err := queueDepth(ctx, v.e.direct.sqs, v.failureURL)
+	if err != nil || visible != 0 || inFlight != 0 {
+		return false
+	}
+	v.verified.Store(true)
+	return true
+}
+
+// verifiedShards counts the shards the reconciler has verified.
+func (v *variant) verifiedShards(ctx context.Context) (ok, n int, err error) {
+	shards, err := v.listShards(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	states, err := checkpoint.New(v.e.direct.ddb, v.checkpointTable).List(ctx, group, v.stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	by := map[string]checkpoint.State{}
+	for _, s := range states {
+		by[s.Shard.ShardID] = s
+	}
+	for _, s := range shards {
+		n++
+		st := by[s.id]
+		switch {
+		case s.closed:
+			if st.Closed {
+				ok++
+			}
+		case st.Checkpoint == "":
+			if v.writes.countIn(s.id) == 0 {
+				ok++ // nothing was ever written to it
+			}
+		case st.Watermark != "" && seqnum.Compare(st.Watermark, st.Checkpoint) >= 0:
+			ok++
+		}
+	}
+	return ok, n, nil
+}
+
+// lastShard is the highest shard id of the new stream.
+func (v *variant) lastShard(ctx context.Context) (string, error) {
+	shards, err := v.listShards(ctx)
+	if err != nil {
+		return "", fmt.Errorf("demo: list shards of %s: %w", v.stream, err)
+	}
+	last := ""
+	for _, s := range shards {
+		last = max(last, s.id)
+	}
+	return last, nil
+}
+
+type shardInfo struct {
+	id     string
+	closed bool
+}
+
+func (v *variant) listShards(ctx context.Context) ([]shardInfo, error) {
+	var out []shardInfo
+	in := &kinesis.ListShardsInput{StreamName: aws.String(v.stream)}
+	for {
+		page, err := v.e.direct.kin.ListShards(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range page.Shards {
+			out = append(out, shardInfo{id: aws.ToString(s.ShardId),
+				closed: s.SequenceNumberRange != nil && s.SequenceNumberRange.EndingSequenceNumber != nil})
+		}
+		if page.NextToken == nil {
+			return out, nil
+		}
+		in = &kinesis.ListShardsInput{NextToken: page.NextToken}
+	}
+}
+
+// sample records one timeline point and prints progress.
+func (v *variant) sample(ctx context.Context, start time.Time) {
+	seqs := v.writes.snapshot()
+	s := Sample{At: time.Since(start).Round(time.Millisecond), Shards: map[string]ShardSample{}}
+	for shard, ss := range seqs {
+		s.Shards[shard] = ShardSample{Produced: len(ss)}
+	}
+	if v.gapless {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		states, err := checkpoint.New(v.e.direct.ddb, v.checkpointTable).List(sctx, group, v.stream)
+		cancel()
+		if err == nil {
+			for _, st := range states {
+				ss := seqs[st.Shard.ShardID]
+				cur := s.Shards[st.Shard.ShardID]
+				cur.Checkpoint = position(ss, st.Checkpoint)
+				cur.Watermark = position(ss, st.Watermark)
+				if st.Closed {
+					cur.Watermark = len(ss)
+				}
+				s.Shards[st.Shard.ShardID] = cur
+			}
+		}
+	} else {
+		v.mu.Lock()
+		var m *esm.Mapping
+		if len(v.mappings) > 0 {
+			m = v.mappings[0]
+		}
+		v.mu.Unlock()
+		if m != nil {
+			for shard, lanes := range m.Checkpoints() {
+				ss := seqs[shard]
+				low := -1
+				for _, cp := range lanes {
+					if p := position(ss, cp); low < 0 || p < low {
+						low = p
+					}
+				}
+				cur := s.Shards[shard]
+				cur.Checkpoint = max(low, 0)
+				s.Shards[shard] = cur
+			}
+		}
+	}
+	if v.gapless {
+		// The progress line's "verified n/m shards", every sample (complete() only runs once
+		// production is done).
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if ok, n, err := v.verifiedShards(sctx); err == nil {
+			v.shardsOK.Store(int64(ok))
+			v.shardsN.Store(int64(n))
+		}
+		cancel()
+	}
+	v.mu.Lock()
+	v.timeline = append(v.timeline, s)
+	v.mu.Unlock()
+	v.rss.sample(time.Since(start))
+	v.e.progress.status(v.statusLine(time.Since(start)))
+}
+
+func (v *variant) statusLine(elapsed time.Duration) string {
+	line := fmt.Sprintf("[%s %4ds] produced %d/%d | invocations %d | delivered %d | parked %d | given up %d",
+		v.name, int(elapsed.Seconds()), v.produced.Load(), len(v.recs), v.ev.invocations.Load(),
+		v.target.Unique(), v.parked.Unique(), v.ev.givenUp.Load())
+	if v.gapless {
+		line += fmt.Sprintf(" | reconciler runs %d, on-failure msgs %d | verified %d/%d shards",
+			v.rec.scheduled.Load(), v.rec.messages.Load(), v.shardsOK.Load(), v.shardsN.Load())
+	}
+	return line
+}
