@@ -272,6 +272,7 @@ type Pipeline struct {
 	checkpoint Checkpointer
 	parker     Parker
 	process    ProcessFunc
+	batch      *batchSink // WithBatchSink (batch.go); when set, process is unused
 	claimer    Claimer
 	cfg        Config
 	keyPath    []string
@@ -296,7 +297,8 @@ func WithMarkerLease(d time.Duration) Option { return func(p *Pipeline) { p.leas
 // WithClock replaces time.Now for the deadline check (tests).
 func WithClock(now func() time.Time) Option { return func(p *Pipeline) { p.now = now } }
 
-// New returns a Pipeline. All of ledger, checkpointer, parker and process are required.
+// New returns a Pipeline. All of ledger, checkpointer, parker and process are required (process may
+// be nil when WithBatchSink is given).
 func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process ProcessFunc, cfg Config, opts ...Option) (*Pipeline, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -309,7 +311,7 @@ func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process Proces
 		o(p)
 	}
 	switch {
-	case ledger == nil || checkpointer == nil || parker == nil || process == nil:
+	case ledger == nil || checkpointer == nil || parker == nil || (process == nil && p.batch == nil):
 		return nil, fmt.Errorf("%w: ledger, checkpointer, parker and process are all required", ErrInvalidConfig)
 	case p.lease <= 0:
 		return nil, fmt.Errorf("%w: marker lease %v <= 0", ErrInvalidConfig, p.lease)
@@ -488,18 +490,22 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 		procCtx, cancel := p.processContext(ctx)
 		defer cancel()
 		run := &batchRun{p: p, b: &b, view: view, plan: pl, outcomes: outcomes, log: log, running: map[int]bool{}}
-		work := make(chan []int, len(lanes))
-		for _, lane := range lanes { // lanes in order of their first record: oldest work first
-			work <- lane
-		}
-		close(work)
 		var wg sync.WaitGroup
-		for range min(p.cfg.MaxConcurrency, len(lanes)) {
-			wg.Go(func() {
-				for lane := range work {
-					run.lane(ctx, procCtx, lane)
-				}
-			})
+		if p.batch != nil {
+			wg.Go(func() { run.waves(ctx, procCtx, lanes) }) // the batch sink (batch.go)
+		} else {
+			work := make(chan []int, len(lanes))
+			for _, lane := range lanes { // lanes in order of their first record: oldest work first
+				work <- lane
+			}
+			close(work)
+			for range min(p.cfg.MaxConcurrency, len(lanes)) {
+				wg.Go(func() {
+					for lane := range work {
+						run.lane(ctx, procCtx, lane)
+					}
+				})
+			}
 		}
 		stopRenew := mk.renew(ctx)
 		run.wait(ctx, &wg)

@@ -1,0 +1,269 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// BatchFunc is the batch form of ProcessFunc: the user's business logic for a group of records
+// (a "wave"), returning one outcome per record in the same order (nil: done; an error fails that
+// record as a ProcessFunc error would). A wave holds at most one record per partition key, so
+// the records of one call may be sent in any order or all at once; the next record of a key is
+// handed over only in a later call, after its predecessor succeeded. A slice of another length
+// than recs fails every record of the wave (ErrSinkOutcomes); so does a panic (ErrPanic).
+type BatchFunc func(ctx context.Context, recs []Record) []error
+
+// ErrSinkOutcomes is the failure of every record of a wave whose BatchFunc returned a number of
+// outcomes other than the number of records it was given.
+var ErrSinkOutcomes = errors.New("pipeline: batch sink returned the wrong number of outcomes")
+
+type batchSink struct {
+	f     BatchFunc
+	chunk int
+}
+
+// WithBatchSink runs records through f in waves instead of through the ProcessFunc, one call per
+// wave (see BatchFunc). chunk is the sink's natural request size (10 for SQS SendMessageBatch):
+// when more than chunk records are ready, a wave takes the largest multiple of chunk of them,
+// oldest first, and the rest wait for the next wave, so the sink's requests are full. chunk <= 1
+// hands over every ready record. Everything else is as for Process: per-key order (a failure stops
+// its key), attempts and parking, business-key claims (made before the wave, per record), the
+// deadline (the call gets the Process context; a call still running at the wait limit is
+// abandoned and each of its records is a failed attempt, ErrAbandoned) and panics.
+func WithBatchSink(f BatchFunc, chunk int) Option {
+	return func(p *Pipeline) {
+		if f != nil {
+			p.batch = &batchSink{f: f, chunk: max(chunk, 1)}
+		}
+	}
+}
+
+// waves drives the lanes through the batch sink: each wave takes at most one record from each
+// lane (its head), calls the sink once, and moves a lane on only when its head is done.
+func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
+	pos := make([]int, len(lanes))      // next record of each lane not yet resolved
+	head := make([]int, len(lanes))     // record waiting for the sink (-1: none)
+	blocked := make([]bool, len(lanes)) // an earlier record of the lane failed
+	for k := range head {
+		head[k] = -1
+	}
+	for {
+		// Resolve what needs no sink call (key blocked, deadline, dead, decode error, claims) and
+		// find each lane's next record for the sink. Claims are I/O: lanes run concurrently then.
+		var gone atomic.Bool
+		step := func(k int) {
+			if head[k] < 0 && !r.advanceLane(ctx, procCtx, lanes[k], &pos[k], &blocked[k], &head[k]) {
+				gone.Store(true)
+			}
+		}
+		if r.p.keyPath != nil {
+			r.each(len(lanes), step)
+		} else {
+			for k := range lanes {
+				step(k)
+			}
+		}
+		if gone.Load() {
+			return // abandoned
+		}
+		var ready []int // lanes with a head
+		for k := range lanes {
+			if head[k] >= 0 {
+				ready = append(ready, k)
+			}
+		}
+		if len(ready) == 0 {
+			return
+		}
+		if r.deadlineNear(ctx) {
+			for _, k := range ready { // prepared but not sent: not attempted
+				if !r.hand(head[k], outcome{status: statusFailed, err: ErrDeadline, deadline: true}) {
+					return
+				}
+				head[k], pos[k] = -1, pos[k]+1
+			}
+			continue // the lanes' remaining records fail with ErrDeadline in advanceLane
+		}
+		slices.SortFunc(ready, func(a, b int) int { return head[a] - head[b] }) // oldest first
+		if c := r.p.batch.chunk; len(ready) > c {
+			ready = ready[:len(ready)/c*c]
+		}
+		if !r.sendWave(ctx, procCtx, ready, head) {
+			return
+		}
+		for _, k := range ready {
+			blocked[k] = r.outcomes[head[k]].status == statusFailed
+			head[k], pos[k] = -1, pos[k]+1
+		}
+	}
+}
+
+// advanceLane resolves lane records from *pos on until one needs the sink (stored in *head, not
+// yet begun) or the lane ends. False when Run has abandoned the batch.
+func (r *batchRun) advanceLane(ctx, procCtx context.Context, lane []int, pos *int, blocked *bool, head *int) bool {
+	for ; *pos < len(lane); *pos++ {
+		i := lane[*pos]
+		rec := &r.b.Records[i]
+		var o outcome
+		ran := false
+		switch {
+		case *blocked:
+			o.status, o.err = statusFailed, ErrKeyBlocked
+		case r.plan.kinds[i] == planDead:
+			if !r.begin(i) {
+				return false
+			}
+			r.parkDead(ctx, rec, i, &o)
+			ran = true
+		case r.deadlineNear(ctx):
+			o.status, o.err, o.deadline = statusFailed, ErrDeadline, true
+		default:
+			send, ok := r.prepare(ctx, procCtx, rec, i, &o)
+			if !ok {
+				return false
+			}
+			if send {
+				*head = i
+				return true
+			}
+			ran = true
+		}
+		if !r.hand(i, o) {
+			return false
+		}
+		if ran {
+			*blocked = o.status == statusFailed
+		}
+	}
+	return true
+}
+
+// prepare does what Process mode does before calling Process: a record that failed to decode is
+// a failed attempt; the business key is claimed. send reports that the record goes to the sink;
+// otherwise o is its outcome. ok is false when Run has abandoned the batch.
+func (r *batchRun) prepare(ctx, procCtx context.Context, rec *Record, i int, o *outcome) (send, ok bool) {
+	p := r.p
+	err := rec.DecodeErr
+	if err == nil && p.keyPath != nil {
+		if key, found := businessKey(rec.Data, p.keyPath); found {
+			dup, cerr := p.claimer.Claim(procCtx, r.b.Shard.Group, key, rec.ID)
+			switch {
+			case errors.Is(cerr, ErrRecordFault):
+				err = fmt.Errorf("claim business key: %w", cerr) // an attempt, as in Process mode
+			case cerr != nil:
+				recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
+				o.status, o.err = statusFailed, fmt.Errorf("claim business key: %w", cerr)
+				return false, true
+			case dup:
+				recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
+				o.status = statusKeyDup
+				return false, true
+			}
+		}
+	}
+	if err == nil {
+		return true, true
+	}
+	if !r.begin(i) {
+		return false, false
+	}
+	o.attempted, o.err = true, err
+	o.attempts = r.plan.attempts(r.view, i, rec.ID) + 1
+	r.finishFailed(ctx, rec, o)
+	return false, true
+}
+
+// sendWave calls the sink once for the heads of lanes ks and hands each record its outcome.
+// False when Run has abandoned the batch (the outcomes are dropped; Run counted the attempts).
+func (r *batchRun) sendWave(ctx, procCtx context.Context, ks []int, head []int) bool {
+	idx := make([]int, len(ks))
+	recs := make([]Record, len(ks))
+	for j, k := range ks {
+		idx[j] = head[k]
+		recs[j] = r.b.Records[head[k]]
+	}
+	r.mu.Lock()
+	if r.abandoned {
+		r.mu.Unlock()
+		return false
+	}
+	for _, i := range idx {
+		r.running[i] = true
+	}
+	r.mu.Unlock()
+
+	errs := r.p.callBatch(procCtx, r.log, recs)
+	outs := make([]outcome, len(idx))
+	var failed []int
+	for j, err := range errs {
+		if err == nil {
+			outs[j].status = statusProcessed
+			continue
+		}
+		i := idx[j]
+		outs[j] = outcome{attempted: true, err: err, attempts: r.plan.attempts(r.view, i, r.b.Records[i].ID) + 1}
+		failed = append(failed, j)
+	}
+	// Failed attempts: logged, parked at the maximum (an SQS call each, so concurrently).
+	r.each(len(failed), func(f int) {
+		j := failed[f]
+		r.finishFailed(ctx, &r.b.Records[idx[j]], &outs[j])
+	})
+	for j, i := range idx {
+		if !r.hand(i, outs[j]) {
+			return false
+		}
+	}
+	return true
+}
+
+// callBatch calls the sink, turning a panic or a wrong number of outcomes into the failure of
+// every record of the wave.
+func (p *Pipeline) callBatch(ctx context.Context, log *slog.Logger, recs []Record) (errs []error) {
+	all := func(err error) []error {
+		out := make([]error, len(recs))
+		for j := range out {
+			out[j] = err
+		}
+		return out
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			log.ErrorContext(ctx, "batch sink panicked: every record of the wave failed",
+				"records", len(recs), "sequence_number", recs[0].ID.Seq, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			errs = all(fmt.Errorf("%w: %v", ErrPanic, v))
+		}
+	}()
+	errs = p.batch.f(ctx, slices.Clip(recs))
+	if len(errs) != len(recs) {
+		err := fmt.Errorf("%w: %d outcomes for %d records", ErrSinkOutcomes, len(errs), len(recs))
+		log.ErrorContext(ctx, "batch sink returned the wrong number of outcomes: every record of the wave failed",
+			"records", len(recs), "outcomes", len(errs), "sequence_number", recs[0].ID.Seq)
+		return all(err)
+	}
+	return errs
+}
+
+// each runs f(0..n-1) with at most MaxConcurrency at once.
+func (r *batchRun) each(n int, f func(int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	sem := make(chan struct{}, r.p.cfg.MaxConcurrency)
+	var wg sync.WaitGroup
+	for k := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(k)
+		})
+	}
+	wg.Wait()
+}
