@@ -121,6 +121,8 @@ func WithMaxMessageBytes(n int) Option { return func(f *forwarder) { f.maxBytes 
 
 type forwarder struct {
 	client   SendMessageAPI
+	batch    SendMessageBatchAPI // NewBatch
+	conc     int                 // NewBatch: requests at once
 	url      string
 	fifo     bool
 	maxBytes int
@@ -145,23 +147,29 @@ func New(client SendMessageAPI, targetQueueURL string, opts ...Option) pipeline.
 }
 
 func (f *forwarder) forward(ctx context.Context, r pipeline.Record) error {
-	in := Message(f.url, f.fifo, r)
-	if size := Size(in); size > f.maxBytes {
-		if f.s3 == nil || f.bucket == "" {
-			return fmt.Errorf("process: record %s: a %d-byte message exceeds the target queue's %d and no payload bucket is configured", r.ID, size, f.maxBytes)
-		}
-		body := aws.ToString(in.MessageBody)
-		key := fmt.Sprintf("%s%s/%s-%d/%s", KeyPrefix, r.ID.ShardID, r.ID.Seq, r.ID.Sub, nonce())
-		if _, err := f.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(f.bucket), Key: aws.String(key),
-			Body: strings.NewReader(body), ContentLength: aws.Int64(int64(len(body)))}); err != nil {
-			return fmt.Errorf("process: store record %s's body in s3://%s/%s: %w", r.ID, f.bucket, key, err)
-		}
-		in.MessageBody = aws.String(pointerBody(f.bucket, key))
-		in.MessageAttributes[AttrExtendedPayloadSize] = sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(len(body)))}
+	in, err := f.message(ctx, r)
+	if err != nil {
+		return err
 	}
 	if _, err := f.client.SendMessage(ctx, in); err != nil {
 		return fmt.Errorf("process: forward record %s to %s: %w", r.ID, f.url, err)
 	}
+	return nil
+}
+
+// offload stores in's body (size bytes as a message) in the payload bucket and points in at it.
+func (f *forwarder) offload(ctx context.Context, r pipeline.Record, in *sqs.SendMessageInput, size int) error {
+	if f.s3 == nil || f.bucket == "" {
+		return fmt.Errorf("process: record %s: a %d-byte message exceeds the target queue's %d and no payload bucket is configured", r.ID, size, f.maxBytes)
+	}
+	body := aws.ToString(in.MessageBody)
+	key := fmt.Sprintf("%s%s/%s-%d/%s", KeyPrefix, r.ID.ShardID, r.ID.Seq, r.ID.Sub, nonce())
+	if _, err := f.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(f.bucket), Key: aws.String(key),
+		Body: strings.NewReader(body), ContentLength: aws.Int64(int64(len(body)))}); err != nil {
+		return fmt.Errorf("process: store record %s's body in s3://%s/%s: %w", r.ID, f.bucket, key, err)
+	}
+	in.MessageBody = aws.String(pointerBody(f.bucket, key))
+	in.MessageAttributes[AttrExtendedPayloadSize] = sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(len(body)))}
 	return nil
 }
 
