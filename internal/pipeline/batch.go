@@ -267,3 +267,6 @@ func (r *batchRun) each(n int, f func(int)) {
 	}
 	wg.Wait()
 }
+
+// Batched reports whether p runs records through a batch sink (WithBatchSink).
+func (p *Pipeline) Batched() bool { return p.batch != nil }

@@ -52,8 +52,15 @@ type Parts struct {
 type Option func(*options)
 
 type options struct {
-	wrap func(pipeline.ProcessFunc) pipeline.ProcessFunc
+	wrap      func(pipeline.ProcessFunc) pipeline.ProcessFunc
+	perRecord bool
 }
+
+// WithPerRecordBridge makes the default bridge send one SendMessage per record (process.New)
+// instead of the default SendMessageBatch waves (process.NewBatch through
+// pipeline.WithBatchSink). A Process wrapper (WithProcessWrapper) implies it: the wrapper works
+// record by record.
+func WithPerRecordBridge() Option { return func(o *options) { o.perRecord = true } }
 
 // WithProcessWrapper wraps the default Process (package process) before the pipeline gets it:
 // tests build the real function around a Process that misbehaves on chosen records.
@@ -90,11 +97,19 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 			MaxRecordAttempts: cfg.MaxRecordAttempts, MaxConcurrency: cfg.MaxConcurrency,
 			DeadlineMargin: deadlineMargin, DedupeKey: cfg.DedupeKey, LogPayloads: cfg.LogPayloads,
 		},
-		pipeline.WithLogger(logger), pipeline.WithClaimer(ledger),
+		pipeline.WithLogger(logger), pipeline.WithClaimer(ledger), batchSink(o, sqsClient, objects, cfg),
 	)
 	if err != nil {
 		return Parts{}, err
 	}
 	emf := metrics.New(out, metrics.Namespace, []metrics.Dimension{{Name: metrics.DimensionGroup, Value: cfg.Group}})
 	return Parts{AWS: awsCfg, Logger: logger, Metrics: emf, Checkpoints: cps, Pipeline: p}, nil
+}
+
+// batchSink is the default bridge in batch form, unless per-record sending was asked for.
+func batchSink(o options, client *sqs.Client, objects *s3.Client, cfg config.Common) pipeline.Option {
+	if o.wrap != nil || o.perRecord {
+		return func(*pipeline.Pipeline) {}
+	}
+	return pipeline.WithBatchSink(process.NewBatch(client, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket)), process.MaxBatchEntries)
 }

@@ -22,17 +22,31 @@ func TestBuild(t *testing.T) {
 	t.Setenv("AWS_REGION", "us-east-1")
 	wrapped := false
 	wrap := WithProcessWrapper(func(p pipeline.ProcessFunc) pipeline.ProcessFunc { wrapped = true; return p })
-	for _, opts := range [][]Option{nil, {wrap}} {
-		parts, err := Build(context.Background(), common(), config.DefaultDeadlineMargin, func(string) string { return "" }, io.Discard, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if parts.Pipeline == nil || parts.Checkpoints == nil || parts.Logger == nil || parts.Metrics == nil {
-			t.Fatalf("incomplete parts: %+v", parts)
-		}
-		if wrapped != (len(opts) == 1) {
-			t.Fatalf("with %d options the Process wrapper ran: %v", len(opts), wrapped)
-		}
+	for name, tc := range map[string]struct {
+		opts    []Option
+		wrapped bool
+		batched bool
+	}{
+		"default: batched bridge": {batched: true},
+		"process wrapper":         {opts: []Option{wrap}, wrapped: true},
+		"per-record bridge":       {opts: []Option{WithPerRecordBridge()}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			wrapped = false
+			parts, err := Build(context.Background(), common(), config.DefaultDeadlineMargin, func(string) string { return "" }, io.Discard, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if parts.Pipeline == nil || parts.Checkpoints == nil || parts.Logger == nil || parts.Metrics == nil {
+				t.Fatalf("incomplete parts: %+v", parts)
+			}
+			if wrapped != tc.wrapped {
+				t.Errorf("the Process wrapper ran: %v, want %v", wrapped, tc.wrapped)
+			}
+			if got := parts.Pipeline.Batched(); got != tc.batched {
+				t.Errorf("Batched() = %v, want %v", got, tc.batched)
+			}
+		})
 	}
 }
 
