@@ -44,7 +44,7 @@ func parseBenchFlags(args []string, stdout io.Writer) (benchOptions, error) {
 	fs := flag.NewFlagSet("gapless bench", flag.ContinueOnError)
 	var o benchOptions
 	quick := fs.Bool("quick", false, "a ~1-minute run: short budgets, the idempotency baseline capped at 1,000 records per round, smaller side measurements")
-	handlers := fs.String("handlers", strings.Join(bench.Handlers, ","), "handlers to run (bare, idempotent, gapless)")
+	handlers := fs.String("handlers", strings.Join(bench.Handlers, ","), "handlers to run (bare, idempotent, gapless; bare-sqs and gapless-sqs: the default Kinesis→SQS bridge, per-record SendMessage against gapless's batched sink)")
 	sizes := fs.String("batch-sizes", "10,100,1000,10000", "batch sizes")
 	pfs := fs.String("pf", "1,4", "ParallelizationFactors (concurrent batches on one shard)")
 	budget := fs.Duration("budget", 0, "handler time per case before it stops starting rounds (default 2s, --quick 300ms)")
@@ -127,7 +127,7 @@ func parseHandlers(s string) ([]string, error) {
 	for _, h := range strings.Split(s, ",") {
 		h = strings.TrimSpace(h)
 		switch h {
-		case bench.Bare, bench.Idempotent, bench.Gapless:
+		case bench.Bare, bench.Idempotent, bench.Gapless, bench.BareSQS, bench.GaplessSQS:
 			out = append(out, h)
 		default:
 			return nil, fmt.Errorf("--handlers: unknown handler %q (want %s)", h, strings.Join(bench.Handlers, ", "))

@@ -158,8 +158,8 @@ func Run(ctx context.Context, c Clients, cfg Config) (Results, error) {
 				return res, err
 			}
 			for _, cr := range crs {
-				fmt.Fprintf(progress, "%-28s %7d records %8.0f rec/s  p50 %8.2f ms  p99 %8.2f ms  ddb %5.2f calls/batch  %.4f WCU/rec\n",
-					cr.Case, cr.Records, cr.RecordsPerSec, cr.P50Ms, cr.P99Ms, cr.DDBCallsPerBatch, cr.WriteUnitsPerRecord)
+				fmt.Fprintf(progress, "%-32s %7d records %8.0f rec/s  p50 %8.2f ms  p99 %8.2f ms  ddb %5.2f calls/batch  %.4f WCU/rec  sqs %.4f req/rec\n",
+					cr.Case, cr.Records, cr.RecordsPerSec, cr.P50Ms, cr.P99Ms, cr.DDBCallsPerBatch, cr.WriteUnitsPerRecord, cr.SQSRequestsPerRecord)
 			}
 			res.Cases = append(res.Cases, crs...)
 		}

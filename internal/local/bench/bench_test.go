@@ -117,6 +117,10 @@ func TestRunnerCosts(t *testing.T) {
 		{Case{Gapless, 10, 1}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.3, true},
 		{Case{Gapless, 100, 1}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.03, false},
 		{Case{Gapless, 200, 4}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.03, false},
+		// The default bridge: one SendMessage per record, against SendMessageBatch waves.
+		{Case{BareSQS, 20, 2}, nil, 0, true},
+		{Case{GaplessSQS, 100, 1}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.03, false},
+		{Case{GaplessSQS, 200, 4}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.03, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.c.String(), func(t *testing.T) {
@@ -142,7 +146,26 @@ func TestRunnerCosts(t *testing.T) {
 			}
 			// The marker goes out in parallel with the Query: the critical path stays at 3
 			// (lookup, entry, checkpoint).
-			if tc.c.Handler == Gapless && res.CriticalPathRoundTrips != 3 {
+			// SQS requests per record: exactly one per record for the per-record bridge; at
+			// most 0.11 batched (64 keys: waves of 60 and 40 records per 100, full requests).
+			switch sqsReq := res.SQSRequestsPerRecord; tc.c.Handler {
+			case BareSQS:
+				if sqsReq != 1 || res.SQSMessagesPerRecord != 1 || res.SQSBilledRequestsPerRecord != 1 {
+					t.Errorf("bare-sqs: %v requests, %v billed, %v messages per record; want 1", sqsReq, res.SQSBilledRequestsPerRecord, res.SQSMessagesPerRecord)
+				}
+			case GaplessSQS:
+				if sqsReq > 0.11 || res.SQSMessagesPerRecord != 1 {
+					t.Errorf("gapless-sqs: %v requests, %v messages per record; want <= 0.11 and 1", sqsReq, res.SQSMessagesPerRecord)
+				}
+			default:
+				if sqsReq != 0 {
+					t.Errorf("%v SQS requests per record on the happy path, want 0", sqsReq)
+				}
+			}
+			if res.USDPerMillionRecords != res.SQSUSDPerMillionRecords+res.DDBUSDPerMillionRecords {
+				t.Errorf("cost %v != %v + %v", res.USDPerMillionRecords, res.SQSUSDPerMillionRecords, res.DDBUSDPerMillionRecords)
+			}
+			if (tc.c.Handler == Gapless || tc.c.Handler == GaplessSQS) && res.CriticalPathRoundTrips != 3 {
 				t.Errorf("gapless critical path %v round trips per batch, want 3", res.CriticalPathRoundTrips)
 			}
 			if tc.c.Handler == Bare && res.CriticalPathRoundTrips != 0 {

@@ -65,6 +65,15 @@ type CaseResult struct {
 	WriteUnitsPerRecord    float64            `json:"wcu_per_record"`
 	ReadUnitsPerRecord     float64            `json:"rcu_per_record"`
 	WriteBytesPerRecord    float64            `json:"write_bytes_per_record"`
+	// SQS (SQSMeter): HTTP requests per record (retries included), requests as billed (one per
+	// started 64 KB of payload per request) and messages sent per record.
+	SQSRequestsPerRecord       float64 `json:"sqs_requests_per_record"`
+	SQSBilledRequestsPerRecord float64 `json:"sqs_billed_requests_per_record"`
+	SQSMessagesPerRecord       float64 `json:"sqs_messages_per_record"`
+	// List-price cost per million records (SQSPerMillionRequests, DDBPerMillionWRU/RRU).
+	SQSUSDPerMillionRecords float64 `json:"sqs_usd_per_million_records"`
+	DDBUSDPerMillionRecords float64 `json:"ddb_usd_per_million_records"`
+	USDPerMillionRecords    float64 `json:"usd_per_million_records"`
 }
 
 // Runner runs cases on fresh synthetic shards.
@@ -150,7 +159,7 @@ func (r *Runner) RunTogether(ctx context.Context, cases []Case) ([]CaseResult, e
 		if c.BatchSize < 1 || c.PF < 1 {
 			return nil, fmt.Errorf("bench: case %s: batch size and PF must be positive", c)
 		}
-		runs[i] = &caseRun{r: r, s: s, w: r.workload(), res: CaseResult{Case: c}, before: s.Meter.Snapshot()}
+		runs[i] = &caseRun{r: r, s: s, w: r.workload(), res: CaseResult{Case: c}, before: s.Meter.Snapshot(), sqs0: s.SQS.Snapshot()}
 	}
 	for active := len(runs); active > 0; {
 		active = 0
@@ -180,6 +189,7 @@ type caseRun struct {
 	w      Workload
 	res    CaseResult
 	before ddbmeter.Snapshot
+	sqs0   SQSSnapshot
 	rounds int
 	done   bool
 
@@ -265,6 +275,13 @@ func (cr *caseRun) result() CaseResult {
 	res.WriteUnitsPerRecord = d.Total.WriteUnits / n
 	res.ReadUnitsPerRecord = d.Total.ReadUnits / n
 	res.WriteBytesPerRecord = float64(d.Total.BytesWritten) / n
+	q := cr.s.SQS.Snapshot().Sub(cr.sqs0)
+	res.SQSRequestsPerRecord = float64(q.Attempts) / n
+	res.SQSBilledRequestsPerRecord = float64(q.Billed) / n
+	res.SQSMessagesPerRecord = float64(q.Messages) / n
+	res.SQSUSDPerMillionRecords = res.SQSBilledRequestsPerRecord * SQSPerMillionRequests
+	res.DDBUSDPerMillionRecords = res.WriteUnitsPerRecord*DDBPerMillionWRU + res.ReadUnitsPerRecord*DDBPerMillionRRU
+	res.USDPerMillionRecords = res.SQSUSDPerMillionRecords + res.DDBUSDPerMillionRecords
 	if len(d.Ops) > 0 {
 		res.DDBOpsPerBatch = map[string]float64{}
 		for op, o := range d.Ops {
