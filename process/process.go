@@ -18,11 +18,15 @@
 // bucket's lifecycle (15 days, longer than the queue's 14-day retention); gapless never deletes
 // them, since a message may be received more than once.
 //
-// To run your own logic, replace New (this one file) with a function returning a
-// pipeline.ProcessFunc: it is called once per user record, concurrently across partition keys and
-// in sequence order within a key; return an error to have the record retried (and parked after
-// MAX_RECORD_ATTEMPTS failures). Make it idempotent: a record can reach it twice in the windows
-// docs/design.md documents.
+// NewBatch (batch.go) sends the same messages with SendMessageBatch, up to 10 per request, as a
+// pipeline.BatchFunc; internal/wire wires it by default.
+//
+// To run your own logic, replace New and NewBatch with a function returning a
+// pipeline.ProcessFunc (called once per user record, concurrently across partition keys and in
+// sequence order within a key) or a pipeline.BatchFunc (called with waves of at most one record
+// per partition key, one outcome per record); return an error to have the record retried (and
+// parked after MAX_RECORD_ATTEMPTS failures). Make it idempotent: a record can reach it twice in
+// the windows docs/design.md documents.
 package process
 
 import (
