@@ -24,7 +24,7 @@ import (
 )
 
 func init() {
-	commands["bench"] = command{summary: "benchmark bare, record-level idempotency and gapless handlers side by side", run: runBench}
+	commands["bench"] = command{summary: "benchmark bare, record-level idempotency and gapless handlers side by side (and the SQS bridge, per record against batched)", run: runBench}
 }
 
 // benchOptions are the parsed flags of `gapless bench`.

@@ -7,6 +7,13 @@
 //   - (c) Gapless: internal/consumer's handler over internal/pipeline with the DynamoDB ledger
 //     (internal/dedupe), the checkpoint mirror (internal/checkpoint) and parking (internal/park).
 //
+// and, with the default Kinesis→SQS bridge instead of checksum.Process (issue 14):
+//
+//   - (a) BareSQS: Bare around process.New, one SendMessage per record (the usual recipe);
+//   - (c) GaplessSQS: Gapless with process.NewBatch through pipeline.WithBatchSink (SendMessageBatch
+//     waves, as internal/wire wires the functions), with SQS requests per record counted by an SDK
+//     middleware (SQSMeter) and the SQS + DynamoDB cost per million records at list prices.
+//
 // All three run the same Process (checksum.Process: FNV-1a over the data, no I/O) with the same
 // concurrency (16 partition keys at once, each key in order), on the same synthetic shard
 // contents (Workload), against the same local DynamoDB, and are handed the raw invocation
