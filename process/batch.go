@@ -54,8 +54,9 @@ func WithBatchConcurrency(n int) Option { return func(f *forwarder) { f.conc = m
 // attributes, FIFO MessageGroupId and MessageDeduplicationId, the payload bucket for a message
 // over the limit), packed into SendMessageBatch requests of at most MaxBatchEntries entries and
 // MaxBatchBytes, sent concurrently. Each record's outcome is its own entry's: an entry in the
-// response's Failed list, an entry missing from the response, or a request that failed as a
-// whole (after the SDK's retries) fails exactly the records it carried.
+// response's Failed list (after EntryAttempts sends when SQS says it was not the sender's fault),
+// an entry missing from the response, or a request that failed as a whole (after the SDK's
+// retries) fails exactly the records it carried.
 //
 // Order. A request never holds two records of one partition key (= FIFO message group). SQS
 // enqueues "multiple messages within a single batch ... in the order they are sent" on a FIFO
@@ -139,43 +140,64 @@ func (f *forwarder) sendRound(ctx context.Context, recs []pipeline.Record, js []
 	}
 	f.each(len(reqs), func(q int) {
 		req := reqs[q]
-		in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(f.url), Entries: make([]sqstypes.SendMessageBatchRequestEntry, len(req))}
-		for e, n := range req {
-			in.Entries[e] = entries[n]
-		}
-		out, err := f.batch.SendMessageBatch(ctx, in)
-		if err != nil {
-			for _, n := range req {
-				errs[js[n]] = fmt.Errorf("process: forward record %s to %s (SendMessageBatch of %d): %w", recs[js[n]].ID, f.url, len(req), err)
-			}
-			return
-		}
-		mine := make(map[string]int, len(req))
-		for _, n := range req {
-			mine[strconv.Itoa(n)] = n
-		}
-		answered := map[string]bool{}
-		for _, s := range out.Successful {
-			if _, ok := mine[aws.ToString(s.Id)]; ok {
-				answered[aws.ToString(s.Id)] = true
-			}
-		}
-		for _, fe := range out.Failed {
-			id := aws.ToString(fe.Id)
-			n, ok := mine[id]
-			if !ok {
-				continue // not an entry of this request
-			}
-			answered[id] = true // a failure wins over a success listed for the same id
-			errs[js[n]] = fmt.Errorf("process: forward record %s to %s: %w: %s (sender fault %v): %s", recs[js[n]].ID, f.url,
-				ErrEntryFailed, aws.ToString(fe.Code), fe.SenderFault, aws.ToString(fe.Message))
-		}
-		for _, n := range req {
-			if !answered[strconv.Itoa(n)] {
-				errs[js[n]] = fmt.Errorf("process: forward record %s to %s: %w: no result for the entry", recs[js[n]].ID, f.url, ErrEntryFailed)
-			}
+		// Entries SQS reports failed without the sender's fault (an internal error) were not
+		// enqueued: they are sent again, alone, like the SDK retries a failed request.
+		for attempt := 1; len(req) > 0; attempt++ {
+			req = f.sendRequest(ctx, recs, js, entries, req, errs, attempt < EntryAttempts)
 		}
 	})
+}
+
+// EntryAttempts is how often NewBatch sends an entry that SQS answers with a failure that is not
+// the sender's fault (SenderFault false), before the failure is the record's.
+const EntryAttempts = 3
+
+// sendRequest sends entries[req] in one SendMessageBatch and writes each entry's failure into
+// errs. With retry, the entries whose failure is not the sender's fault are returned instead, to
+// be sent again.
+func (f *forwarder) sendRequest(ctx context.Context, recs []pipeline.Record, js []int, entries []sqstypes.SendMessageBatchRequestEntry, req []int, errs []error, retry bool) (again []int) {
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(f.url), Entries: make([]sqstypes.SendMessageBatchRequestEntry, len(req))}
+	for e, n := range req {
+		in.Entries[e] = entries[n]
+	}
+	out, err := f.batch.SendMessageBatch(ctx, in)
+	if err != nil { // the SDK has retried the request already
+		for _, n := range req {
+			errs[js[n]] = fmt.Errorf("process: forward record %s to %s (SendMessageBatch of %d): %w", recs[js[n]].ID, f.url, len(req), err)
+		}
+		return nil
+	}
+	mine := make(map[string]int, len(req))
+	for _, n := range req {
+		mine[strconv.Itoa(n)] = n
+	}
+	answered := map[string]bool{}
+	for _, s := range out.Successful {
+		if _, ok := mine[aws.ToString(s.Id)]; ok {
+			answered[aws.ToString(s.Id)] = true
+		}
+	}
+	failed := map[string]bool{}
+	for _, fe := range out.Failed {
+		id := aws.ToString(fe.Id)
+		n, ok := mine[id]
+		if !ok || failed[id] {
+			continue // not an entry of this request, or listed twice
+		}
+		failed[id], answered[id] = true, true // a failure wins over a success listed for the same id
+		if retry && !fe.SenderFault {
+			again = append(again, n)
+			continue
+		}
+		errs[js[n]] = fmt.Errorf("process: forward record %s to %s: %w: %s (sender fault %v): %s", recs[js[n]].ID, f.url,
+			ErrEntryFailed, aws.ToString(fe.Code), fe.SenderFault, aws.ToString(fe.Message))
+	}
+	for _, n := range req {
+		if !answered[strconv.Itoa(n)] { // unknown outcome: not resent here (a duplicate on a standard queue)
+			errs[js[n]] = fmt.Errorf("process: forward record %s to %s: %w: no result for the entry", recs[js[n]].ID, f.url, ErrEntryFailed)
+		}
+	}
+	return again
 }
 
 // message builds r's message as New sends it, storing the body in the payload bucket when the

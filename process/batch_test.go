@@ -91,11 +91,39 @@ func TestNewBatch(t *testing.T) {
 		"size limit splits": { // 300 KB each: 3 fit in 1 MiB
 			recs: batchRecs(7, distinct, 300*1024), requests: []int{3, 3, 1},
 		},
-		"failed entries map to their records": {
+		"failed entries map to their records (after EntryAttempts)": {
 			recs:     batchRecs(12, distinct, 10),
 			answer:   failID(func(rid string) bool { return strings.Contains(rid, seqOf(3)) || strings.Contains(rid, seqOf(12)) }),
-			requests: []int{10, 2},
+			requests: []int{10, 2, 1, 1, 1, 1}, // each failed entry sent twice more, alone
 			failed:   map[int]error{2: process.ErrEntryFailed, 11: process.ErrEntryFailed},
+		},
+		"a transient entry failure is sent again": {
+			recs: batchRecs(12, distinct, 10),
+			answer: func() func(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
+				var mu sync.Mutex
+				tries := 0
+				return failID(func(rid string) bool {
+					mu.Lock()
+					defer mu.Unlock()
+					if strings.Contains(rid, seqOf(5)) {
+						tries++
+						return tries == 1
+					}
+					return false
+				})
+			}(),
+			requests: []int{10, 2, 1},
+		},
+		"a sender fault is not sent again": {
+			recs: batchRecs(3, distinct, 10),
+			answer: func(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
+				out := allOK(in)
+				out.Failed = []sqstypes.BatchResultErrorEntry{{Id: in.Entries[1].Id, Code: aws.String("InvalidMessageContents"), SenderFault: true}}
+				out.Successful = slices.Delete(out.Successful, 1, 2)
+				return out, nil
+			},
+			requests: []int{3},
+			failed:   map[int]error{1: process.ErrEntryFailed},
 		},
 		"a whole request fails": {
 			recs: batchRecs(12, distinct, 10),
@@ -121,7 +149,7 @@ func TestNewBatch(t *testing.T) {
 		"one key twice: successive requests, stopped at a failure": {
 			recs:     batchRecs(4, func(i int) string { return []string{"a", "b", "a", "a"}[i] }, 10),
 			answer:   failID(func(rid string) bool { return strings.Contains(rid, seqOf(1)) }),
-			requests: []int{2}, // round 1: a1, b; a1 failed, so a3 and a4 are not sent
+			requests: []int{2, 1, 1}, // round 1: a1, b; a1 failed (three times), so a3 and a4 are not sent
 			failed:   map[int]error{0: process.ErrEntryFailed, 2: process.ErrGroupStopped, 3: process.ErrGroupStopped},
 		},
 		"fifo ids as SendMessage sets them": {
