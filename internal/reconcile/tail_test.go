@@ -14,6 +14,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/consumer"
 	"github.com/gapless-dev/gapless/internal/local/esm"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/onfailure"
 )
 
 // crashingInvoker runs the real consumer handler, except that every invocation holding one of
@@ -74,7 +75,7 @@ func givenUpTail(t *testing.T, s *stack) (a, tail []put, rec *recorder) {
 	var mu sync.Mutex
 	var failed []esm.Event
 	m, err := esm.New(s.kin, s.sqs, lanes, cfg, esm.WithStopWhenDrained(), esm.WithRetryDelay(10*time.Millisecond),
-		esm.WithDestinationFault(func(esm.FailureMessage) error { return errors.New("AccessDenied") }),
+		esm.WithDestinationFault(func(onfailure.Message) error { return errors.New("AccessDenied") }),
 		esm.WithObserver(func(e esm.Event) {
 			if e.Type == esm.EventDestinationDeliveryFailed {
 				mu.Lock()

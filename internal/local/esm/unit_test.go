@@ -325,7 +325,7 @@ func TestFailureMessageShape(t *testing.T) {
 		g.add(recs, unit{recs: recs, invokes: invokes, last: last})
 		return g
 	}
-	msg := m.failureMessage("shardId-000000000007", given(ConditionRetryAttemptsExhausted, 4,
+	msg := m.failureMessage("shardId-000000000007", given(onfailure.ConditionRetryAttemptsExhausted, 4,
 		&lastInvoke{requestID: "r-1", statusCode: 200, functionError: true}))
 	b, err := json.Marshal(msg)
 	if err != nil {
@@ -343,18 +343,18 @@ func TestFailureMessageShape(t *testing.T) {
 	if string(b) != want {
 		t.Fatalf("message\n got %s\nwant %s", b, want)
 	}
-	partial := m.failureMessage("shardId-000000000007", given(ConditionRetryAttemptsExhausted, 1, &lastInvoke{requestID: "r-2", statusCode: 200}))
+	partial := m.failureMessage("shardId-000000000007", given(onfailure.ConditionRetryAttemptsExhausted, 1, &lastInvoke{requestID: "r-2", statusCode: 200}))
 	if b, _ := json.Marshal(partial.ResponseContext); string(b) != `{"statusCode":200,"executedVersion":"$LATEST","functionError":null}` {
 		t.Fatalf("responseContext after a partial failure: %s", b)
 	}
-	expired := m.failureMessage("shardId-000000000007", given(ConditionRecordAgeExceeded, 0, nil))
+	expired := m.failureMessage("shardId-000000000007", given(onfailure.ConditionRecordAgeExceeded, 0, nil))
 	if b, _ := json.Marshal(expired); strings.Contains(string(b), "responseContext") || expired.RequestContext.RequestID == "" ||
 		expired.RequestContext.ApproximateInvokeCount != 1 {
 		t.Fatalf("never-invoked message: %s", b)
 	}
 	// As recorded on AWS (LocalStack's test_kinesis_maximum_record_age_exceeded[expire-while-retrying]):
 	// no responseContext on RecordAgeExceeded even after invocations.
-	expiredLate := m.failureMessage("shardId-000000000007", given(ConditionRecordAgeExceeded, 8,
+	expiredLate := m.failureMessage("shardId-000000000007", given(onfailure.ConditionRecordAgeExceeded, 8,
 		&lastInvoke{requestID: "r-3", statusCode: 200, functionError: true}))
 	if b, _ := json.Marshal(expiredLate); strings.Contains(string(b), "responseContext") ||
 		expiredLate.RequestContext.ApproximateInvokeCount != 8 {
@@ -362,7 +362,7 @@ func TestFailureMessageShape(t *testing.T) {
 	}
 	// The emulator writes the format; the reconciler's parser (internal/onfailure) reads it. Every
 	// variant the emulator sends must parse into the same range.
-	for _, fm := range []*FailureMessage{msg, partial, expired, expiredLate} {
+	for _, fm := range []*onfailure.Message{msg, partial, expired, expiredLate} {
 		body, _ := json.Marshal(fm)
 		parsed, err := onfailure.Parse(body)
 		if err != nil {
