@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
+	"github.com/gapless-dev/gapless/internal/ctxtime"
 	"github.com/gapless-dev/gapless/internal/onfailure"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
@@ -175,7 +176,7 @@ func (m *Mapping) deliver(ctx context.Context, msg *onfailure.Message) error {
 		}
 		m.log.WarnContext(ctx, "esm: OnFailure SendMessage failed; retrying",
 			"shard_id", msg.KinesisBatchInfo.ShardID, "sequence_number", msg.KinesisBatchInfo.StartSequenceNumber, "error", err)
-		if err := sleep(ctx, delay); err != nil {
+		if err := ctxtime.Sleep(ctx, delay); err != nil {
 			return err
 		}
 		delay = min(2*delay, 2*time.Second)
@@ -214,19 +215,4 @@ func newRequestID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

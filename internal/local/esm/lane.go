@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gapless-dev/gapless/internal/ctxtime"
 	"github.com/gapless-dev/gapless/internal/onfailure"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
@@ -239,7 +240,7 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 				continue
 			}
 			rest.retries++
-			if sleep(ctx, m.retryDelay) != nil {
+			if ctxtime.Sleep(ctx, m.retryDelay) != nil {
 				return
 			}
 			work = append([]unit{rest}, work...)
@@ -263,7 +264,7 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 				continue
 			}
 			u.retries++
-			if sleep(ctx, m.retryDelay) != nil {
+			if ctxtime.Sleep(ctx, m.retryDelay) != nil {
 				return
 			}
 			work = append([]unit{u}, work...)
@@ -289,7 +290,7 @@ func (l *lane) beforeInvoke(ctx context.Context, u *unit, giveUp func([]*record,
 		if len(u.recs) == 0 || m.throttled == nil || !m.throttled(l.s.id) {
 			return true
 		}
-		if sleep(ctx, m.cfg.PollInterval) != nil {
+		if ctxtime.Sleep(ctx, m.cfg.PollInterval) != nil {
 			return false
 		}
 	}

@@ -235,14 +235,14 @@ func TestLaneOf(t *testing.T) {
 		n := rapid.IntRange(1, MaxParallelizationFactor).Draw(t, "n")
 		sum := md5.Sum([]byte(key))
 		want := new(big.Int).Mod(new(big.Int).SetBytes(sum[:]), big.NewInt(int64(n))).Int64()
-		if got := laneOf(key, n); int64(got) != want || got < 0 || got >= n {
-			t.Fatalf("laneOf(%q, %d) = %d, want %d", key, n, got, want)
+		if got := LaneOf(key, n); int64(got) != want || got < 0 || got >= n {
+			t.Fatalf("LaneOf(%q, %d) = %d, want %d", key, n, got, want)
 		}
 	})
 	// Keys spread over every lane.
 	seen := map[int]bool{}
 	for i := range 200 {
-		seen[laneOf(fmt.Sprint(i), 10)] = true
+		seen[LaneOf(fmt.Sprint(i), 10)] = true
 	}
 	if len(seen) != 10 {
 		t.Fatalf("200 keys reached %d of 10 lanes", len(seen))
