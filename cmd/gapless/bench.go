@@ -69,9 +69,6 @@ func parseBenchFlags(args []string, stdout io.Writer) (benchOptions, error) {
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return o, err
 	}
-	if err := noArgs(fs); err != nil {
-		return o, err
-	}
 	o.quick = *quick
 	pick := func(set, normal, q int) int {
 		switch {

@@ -74,10 +74,19 @@ func writeFlags(w io.Writer, fs *flag.FlagSet, names ...string) {
 	}
 }
 
-// parseFlags parses a subcommand's arguments the same way for every subcommand: -h or --help
+// parseFlags parses the arguments of a subcommand that takes flags only (parseArgs), and a
+// positional argument is a usageError (noArgs).
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := parseArgs(fs, args, stdout); err != nil {
+		return err
+	}
+	return noArgs(fs)
+}
+
+// parseArgs parses a subcommand's arguments the same way for every subcommand: -h or --help
 // prints the help on stdout and returns flag.ErrHelp (main exits 0); an unknown flag or a bad
 // value is a usageError naming it. Positional arguments are left in fs.Args().
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	out := fs.Output()
 	usage := fs.Usage
 	fs.SetOutput(io.Discard) // the flag package's own messages: replaced by the error below

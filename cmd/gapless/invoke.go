@@ -60,7 +60,7 @@ func parseInvokeFlags(args []string, stdout io.Writer) (invokeOptions, error) {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		o.function, args = args[0], args[1:]
 	}
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := parseArgs(fs, args, stdout); err != nil {
 		return o, err
 	}
 	if o.function == "" && fs.NArg() > 0 {

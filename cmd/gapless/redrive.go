@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -41,13 +40,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue"); err != nil {
-		return err
-	}
-	c, err := loadClients(ctx, o, stderr)
+	c, err := o.connect(ctx, fs, stderr, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue")
 	if err != nil {
 		return err
 	}
@@ -76,9 +69,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	out := redriveOutput{Received: rep.Received, Processed: rep.Processed, Duplicates: rep.Duplicates, ParkedAgain: rep.ParkedAgain,
 		Left: rep.Left, Skipped: rep.Skipped, Invalid: rep.Invalid, DeleteFailures: rep.DeleteFailures}
 	if o.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if jerr := enc.Encode(out); jerr != nil {
+		if jerr := writeJSON(stdout, out); jerr != nil {
 			return jerr
 		}
 	} else {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -43,16 +42,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
 	if *shardID == "" || *from == "" || *to == "" {
 		return usagef("--shard, --from and --to are required")
 	}
-	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue"); err != nil {
-		return err
-	}
-	c, err := loadClients(ctx, o, stderr)
+	c, err := o.connect(ctx, fs, stderr, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue")
 	if err != nil {
 		return err
 	}
@@ -75,9 +68,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		RecordsVerified: rep.RecordsVerified, GapsDetected: rep.GapsDetected, GapsReplayed: rep.GapsReplayed,
 		Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostSpans, GetRecordsCalls: rep.GetRecordsCalls}
 	if o.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if jerr := enc.Encode(out); jerr != nil {
+		if jerr := writeJSON(stdout, out); jerr != nil {
 			return jerr
 		}
 	} else {

@@ -52,9 +52,6 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
 	dir, err := resolveState(*state)
 	if err != nil {
 		return err
@@ -189,9 +186,6 @@ func runDown(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs, state := stackFlags("down")
 	setHelp(fs, "down [flags]", "Stops the local stack that `gapless up` recorded in <state>/stack.env (by PID) and removes\nthat file. Its data goes with it.")
 	if err := parseFlags(fs, args, stdout); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
 		return err
 	}
 	dir, err := resolveState(*state)

@@ -117,6 +117,21 @@ type opsClients struct {
 
 // loadClients points the SDK at AWS_ENDPOINT_URL_* when any is set (or --aws), else at the local
 // stack recorded in stack.env by `gapless up` when it exists, else at AWS.
+// connect checks that the names a subcommand needs are set (require) and builds its clients.
+func (o *opsOptions) connect(ctx context.Context, fs *flag.FlagSet, stderr io.Writer, names ...string) (opsClients, error) {
+	if err := o.require(fs, names...); err != nil {
+		return opsClients{}, err
+	}
+	return loadClients(ctx, o, stderr)
+}
+
+// writeJSON prints v indented: the --json output of status, replay and redrive.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClients, error) {
 	envSet := os.Getenv("AWS_ENDPOINT_URL_KINESIS") != "" || os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL_SQS") != ""
 	stackFile := ""
@@ -240,13 +255,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table"); err != nil {
-		return err
-	}
-	c, err := loadClients(ctx, o, stderr)
+	c, err := o.connect(ctx, fs, stderr, "group", "stream", "checkpoint-table", "dedupe-table")
 	if err != nil {
 		return err
 	}
@@ -274,9 +283,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	if o.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(stdout, out)
 	}
 	printStatus(stdout, out)
 	var errs []error

@@ -1,7 +1,8 @@
 // Package onfailure is the message Lambda's Kinesis event-source mapping sends to an on-failure
 // destination (SQS or SNS) when it gives up on a batch: metadata only, never the records. The
-// local event-source mapping produces it and the reconciler consumes it, so both share this one
-// definition.
+// reconciler parses it and the local event-source mapping (internal/local/esm) builds and
+// encodes it: this is the one definition of the message, and encoding a parsed message gives
+// back the body AWS sent (the tests' fixtures).
 //
 // Format: "Configuring destinations for event source mappings" and "Kinesis: retaining discarded
 // batches" in the AWS Lambda developer guide (invocation record with requestContext,
@@ -57,11 +58,28 @@ type RequestContext struct {
 }
 
 // ResponseContext is the last invocation's outcome; FunctionError is "" when AWS sent null (the
-// function answered with a partial batch response).
+// function answered with a partial batch response) and "Unhandled" after a function error
+// (including a timeout).
 type ResponseContext struct {
 	StatusCode      int    `json:"statusCode"`
 	ExecutedVersion string `json:"executedVersion"`
-	FunctionError   string `json:"functionError,omitempty"`
+	FunctionError   string `json:"functionError"`
+}
+
+// FunctionErrorUnhandled is ResponseContext.FunctionError after a function error.
+const FunctionErrorUnhandled = "Unhandled"
+
+// MarshalJSON encodes an empty FunctionError as null, as AWS does.
+func (r ResponseContext) MarshalJSON() ([]byte, error) {
+	var fe *string
+	if r.FunctionError != "" {
+		fe = &r.FunctionError
+	}
+	return json.Marshal(struct {
+		StatusCode      int     `json:"statusCode"`
+		ExecutedVersion string  `json:"executedVersion"`
+		FunctionError   *string `json:"functionError"`
+	}{r.StatusCode, r.ExecutedVersion, fe})
 }
 
 // BatchInfo names the records the mapping gave up on (inclusive range of one shard).

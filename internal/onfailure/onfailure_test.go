@@ -1,9 +1,11 @@
 package onfailure
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -96,6 +98,42 @@ func TestParseRecordedOnAWS(t *testing.T) {
 			if b.StreamName() != "orders" || b.ShardID != "shardId-000000000000" || b.BatchSize != 1 ||
 				b.StartSequenceNumber != tc.seq || b.EndSequenceNumber != tc.seq {
 				t.Errorf("KinesisBatchInfo %+v", b)
+			}
+		})
+	}
+}
+
+// Encoding a parsed message gives back the body AWS sent, keys, nulls and absent
+// responseContext included: what the local event-source mapping sends (it encodes Message) is
+// what AWS sends.
+func TestEncodeRecordedOnAWS(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("fixtures: %v %v", files, err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			body, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := Parse(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want, got any
+			if err := json.Unmarshal(body, &want); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(enc, &got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("encoded\n%s\nwant (recorded)\n%s", enc, body)
 			}
 		})
 	}

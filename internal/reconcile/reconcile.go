@@ -321,6 +321,9 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 			rep.add(ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true}, r.now())
 			continue
 		}
+		if consumedFromStart(sh, st, done, inStream, byShard) {
+			st.Checkpoint = sh.startingSeq // a child the mapping gave up on from its start (lineage.go)
+		}
 		if len(sh.parents) > 0 && len(st.Parents) == 0 && st.Checkpoint != "" {
 			if err := r.cps.SetLineage(ctx, st.Shard, sh.parents); err != nil {
 				r.log.WarnContext(ctx, "recording lineage failed", "group", r.cfg.Group, "shard_id", sh.id, "error", err)

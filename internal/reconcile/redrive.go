@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/gapless-dev/gapless/internal/ctxtime"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -342,7 +343,7 @@ func (d *Redriver) handle(ctx context.Context, m sqstypes.Message, started time.
 			log.WarnContext(ctx, "redriven record failed its fresh budget and is parked again", "attempts", ev.Attempts)
 		case len(res.Failures) == 1 && res.Failures[0].Attempted && ctx.Err() == nil:
 			log.WarnContext(ctx, "redrive attempt failed", "attempt", ev.Attempts, "error", res.Failures[0].Err)
-			if err := sleep(ctx, wait); err != nil {
+			if err := ctxtime.Sleep(ctx, wait); err != nil {
 				ev.Outcome, ev.Err = OutcomeLeft, err
 				return ev
 			}
@@ -421,15 +422,4 @@ func (d *Redriver) record(ctx context.Context, pm park.Message) (pipeline.Record
 		return rec, nil
 	}
 	return rec, fmt.Errorf("%w: %s: no user record %d in the aggregate", ErrPayloadGone, pm.RecordID, pm.Sub)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

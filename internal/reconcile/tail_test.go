@@ -14,7 +14,63 @@ import (
 	"github.com/gapless-dev/gapless/internal/consumer"
 	"github.com/gapless-dev/gapless/internal/local/esm"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/onfailure"
 )
+
+// runGivingUp runs the local mapping (TRIM_HORIZON, until drained) over s's stream with the real
+// consumer (rec as Process) until every shard is drained. Every invocation holding a record of
+// crash crashes, so the mapping (MaximumRetryAttempts 1, BatchSize 5) gives those batches up,
+// and every on-failure delivery fails (WithDestinationFault: DestinationDeliveryFailures). It
+// checks that the failure queue stayed empty and returns the mapping's
+// destination_delivery_failed events.
+func (s *stack) runGivingUp(t *testing.T, rec *recorder, crash map[string]bool) []esm.Event {
+	t.Helper()
+	h := consumer.NewHandler(s.pipeline(rec.process, 3), s.group, nil)
+	inv := crashingInvoker{h: h, crash: crash}
+	lanes := func(string, int) (esm.Invoker, error) { return inv, nil }
+	failureURL := stacktest.Queue(t, "failure", false)
+	cfg := esm.DefaultConfig()
+	cfg.StreamName, cfg.FunctionName = s.stream, "consumer"
+	cfg.StartingPosition = esm.TrimHorizon
+	cfg.BatchSize = 5
+	cfg.MaximumRetryAttempts = 1
+	cfg.ReportBatchItemFailures = true
+	cfg.FunctionTimeout = 30 * time.Second
+	cfg.PollInterval = esm.MinPollInterval
+	cfg.OnFailureQueueURL = failureURL
+	var mu sync.Mutex
+	var failed []esm.Event
+	m, err := esm.New(s.kin, s.sqs, lanes, cfg, esm.WithStopWhenDrained(), esm.WithRetryDelay(10*time.Millisecond),
+		esm.WithDestinationFault(func(onfailure.Message) error { return errors.New("AccessDenied") }),
+		esm.WithObserver(func(e esm.Event) {
+			if e.Type == esm.EventDestinationDeliveryFailed {
+				mu.Lock()
+				failed = append(failed, e)
+				mu.Unlock()
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := m.Run(ctx); err != nil {
+		t.Fatalf("mapping: %v", err)
+	}
+	if n := m.DestinationDeliveryFailures(); n < 1 {
+		t.Fatalf("DestinationDeliveryFailures %d, want at least 1", n)
+	}
+	out, err := s.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(failureURL), MaxNumberOfMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 0 {
+		t.Fatalf("%d failure-queue messages, want none (delivery failed)", len(out.Messages))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return failed
+}
 
 // crashingInvoker runs the real consumer handler, except that every invocation holding one of
 // crash crashes the runtime before the handler runs (a function error: the mapping retries the
@@ -54,59 +110,13 @@ func givenUpTail(t *testing.T, s *stack) (a, tail []put, rec *recorder) {
 	a = s.putN(10, "A", keyMod(3), nil)
 	tail = s.putN(5, "T", keyMod(3), nil)
 	rec = newRecorder()
-	h := consumer.NewHandler(s.pipeline(rec.process, 3), s.group, nil)
 	crash := map[string]bool{}
 	for _, p := range tail {
 		crash[p.seq] = true
 	}
-	inv := crashingInvoker{h: h, crash: crash}
-	lanes := func(string, int) (esm.Invoker, error) { return inv, nil }
-	failureURL := stacktest.Queue(t, "failure", false)
-	cfg := esm.DefaultConfig()
-	cfg.StreamName, cfg.FunctionName = s.stream, "consumer"
-	cfg.StartingPosition = esm.TrimHorizon
-	cfg.BatchSize = 5 // A in two batches, T in a third: only T crashes
-	cfg.MaximumRetryAttempts = 1
-	cfg.ReportBatchItemFailures = true
-	cfg.FunctionTimeout = 30 * time.Second
-	cfg.PollInterval = esm.MinPollInterval
-	cfg.OnFailureQueueURL = failureURL
-	var mu sync.Mutex
-	var failed []esm.Event
-	m, err := esm.New(s.kin, s.sqs, lanes, cfg, esm.WithStopWhenDrained(), esm.WithRetryDelay(10*time.Millisecond),
-		esm.WithDestinationFault(func(esm.FailureMessage) error { return errors.New("AccessDenied") }),
-		esm.WithObserver(func(e esm.Event) {
-			if e.Type == esm.EventDestinationDeliveryFailed {
-				mu.Lock()
-				failed = append(failed, e)
-				mu.Unlock()
-			}
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := m.Run(ctx); err != nil {
-		t.Fatalf("mapping: %v", err)
-	}
-
-	// The fault happened: T given up, its delivery failed, nothing in the failure queue, the
-	// checkpoint mirror on A's last record.
-	if n := m.DestinationDeliveryFailures(); n < 1 {
-		t.Fatalf("DestinationDeliveryFailures %d, want at least 1", n)
-	}
-	mu.Lock()
+	failed := s.runGivingUp(t, rec, crash) // A in two batches, T in a third: only T crashes
 	if len(failed) == 0 || failed[0].FirstSeq != tail[0].seq || failed[len(failed)-1].LastSeq != tail[len(tail)-1].seq {
 		t.Fatalf("delivery-failed events %+v, want them to cover %s..%s", failed, tail[0].seq, tail[len(tail)-1].seq)
-	}
-	mu.Unlock()
-	out, err := s.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(failureURL), MaxNumberOfMessages: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Messages) != 0 {
-		t.Fatalf("%d failure-queue messages, want none (delivery failed)", len(out.Messages))
 	}
 	checkOnce(t, "mapping", rec.counts(), idsOf(a)) // T processed by nobody
 	if st := s.state(a[0].shard); st.Checkpoint != a[len(a)-1].seq {

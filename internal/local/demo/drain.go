@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/gapless-dev/gapless/internal/ctxtime"
 	"github.com/gapless-dev/gapless/internal/local/loadgen"
 	"github.com/gapless-dev/gapless/internal/park"
 )
@@ -52,7 +53,7 @@ func (v *variant) drainFinal(ctx context.Context, c drainClient, url string, t *
 		if err == nil && visible == 0 && inFlight == 0 {
 			return
 		}
-		if err := sleepCtx(final, time.Second); err != nil {
+		if err := ctxtime.Sleep(final, time.Second); err != nil {
 			return
 		}
 	}
@@ -101,17 +102,6 @@ func queueDepth(ctx context.Context, c *sqs.Client, url string) (visible, inFlig
 		return 0, 0, fmt.Errorf("demo: queue attributes of %s: %w", url, err)
 	}
 	return visible, inFlight, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // decodeParked reads a parked message (internal/park) and checks that it carries the produced

@@ -8,18 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/gapless-dev/gapless/internal/local/ddbmeter"
+	"github.com/gapless-dev/gapless/internal/local/faultproxy"
 )
 
 // capacityMeter is a reverse proxy in front of the DynamoDB emulator, behind the fault proxy
@@ -29,11 +27,7 @@ import (
 // bodies are decoded into the SDK's typed inputs and outputs and handed to ddbmeter.Usage.
 // Consumed capacity is not read from responses: the emulators do not report it faithfully.
 type capacityMeter struct {
-	target    *url.URL
-	ln        net.Listener
-	srv       *http.Server
-	transport *http.Transport
-	done      chan struct{}
+	lb *faultproxy.Loopback
 
 	mu  sync.Mutex
 	ops map[string]*ddbmeter.OpStats
@@ -41,38 +35,18 @@ type capacityMeter struct {
 
 // startCapacityMeter listens on a free 127.0.0.1 port and forwards to target.
 func startCapacityMeter(target string) (*capacityMeter, error) {
-	u, err := url.Parse(target)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("demo: meter target %q: not a URL", target)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lb, err := faultproxy.ListenLoopback(target)
 	if err != nil {
-		return nil, fmt.Errorf("demo: meter listen: %w", err)
+		return nil, fmt.Errorf("demo: meter: %w", err)
 	}
-	m := &capacityMeter{
-		target: u, ln: ln, done: make(chan struct{}), ops: map[string]*ddbmeter.OpStats{},
-		transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 256,
-			DisableCompression:  true, // bodies byte for byte: DynamoDB responses carry a CRC32
-		},
-	}
-	m.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		defer close(m.done)
-		_ = m.srv.Serve(ln)
-	}()
+	m := &capacityMeter{lb: lb, ops: map[string]*ddbmeter.OpStats{}}
+	lb.Serve(m)
 	return m, nil
 }
 
-func (m *capacityMeter) URL() string { return "http://" + m.ln.Addr().String() }
+func (m *capacityMeter) URL() string { return m.lb.URL() }
 
-func (m *capacityMeter) Close() {
-	_ = m.srv.Close()
-	<-m.done
-	m.transport.CloseIdleConnections()
-}
+func (m *capacityMeter) Close() { _ = m.lb.Close() }
 
 // Snapshot returns the counters by operation name ("PutItem", "Query", …) and their total.
 func (m *capacityMeter) Snapshot() ddbmeter.Snapshot {
@@ -114,20 +88,7 @@ func (m *capacityMeter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "meter: read request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	u := *m.target
-	u.Path = strings.TrimSuffix(m.target.Path, "/") + r.URL.Path
-	u.RawQuery = r.URL.RawQuery
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, u.String(), bytes.NewReader(body))
-	if err != nil {
-		http.Error(w, "meter: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	for k, vs := range r.Header {
-		out.Header[k] = vs
-	}
-	out.Host = r.Host // SigV4 signed it
-	out.ContentLength = int64(len(body))
-	resp, err := m.transport.RoundTrip(out)
+	resp, err := m.lb.Forward(r, body)
 	if err != nil {
 		http.Error(w, "meter: "+err.Error(), http.StatusBadGateway)
 		return

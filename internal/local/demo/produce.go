@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"crypto/md5"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
+	"github.com/gapless-dev/gapless/internal/local/esm"
 	"github.com/gapless-dev/gapless/internal/local/loadgen"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
@@ -108,17 +108,9 @@ func position(seqs []string, seq string) int {
 	return sort.Search(len(seqs), func(i int) bool { return seqnum.Compare(seqs[i], seq) > 0 })
 }
 
-// laneOf is the mapping's lane of a partition key: the key's MD5 as a 128-bit unsigned integer
-// modulo the ParallelizationFactor, as internal/local/esm assigns records to lanes (and as Kinesis
-// hashes keys to shards). The demo uses it to know when every lane reached its last record.
-func laneOf(key string, n int) int {
-	if n <= 1 {
-		return 0
-	}
-	sum := md5.Sum([]byte(key))
-	h := new(big.Int).SetBytes(sum[:])
-	return int(h.Mod(h, big.NewInt(int64(n))).Int64())
-}
+// laneOf is the mapping's lane of a partition key with ParallelizationFactor n (esm.LaneOf). The
+// demo uses it to know when every lane reached its last record.
+func laneOf(key string, n int) int { return esm.LaneOf(key, n) }
 
 // kinesisAdminAPI is what the demo calls on Kinesis besides producing.
 type kinesisAdminAPI interface {

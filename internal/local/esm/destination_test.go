@@ -40,7 +40,7 @@ func TestOnFailureMetadataIsConsolidated(t *testing.T) {
 		t.Fatalf("KinesisBatchInfo %s..%s batchSize %d, want one message %s..%s batchSize 2",
 			bi.StartSequenceNumber, bi.EndSequenceNumber, bi.BatchSize, q[2], q[5])
 	}
-	if msg.RequestContext.Condition != ConditionRetryAttemptsExhausted || msg.ResponseContext == nil {
+	if msg.RequestContext.Condition != onfailure.ConditionRetryAttemptsExhausted || msg.ResponseContext == nil {
 		t.Fatalf("requestContext %+v responseContext %+v", msg.RequestContext, msg.ResponseContext)
 	}
 	// Every record other than the poison ones was delivered: the range holds records that succeeded.
@@ -78,7 +78,7 @@ func TestDestinationDeliveryFailure(t *testing.T) {
 		setup func(t *testing.T, fq *failureQueue) (string, []Option)
 	}{
 		{"injected fault (permission denied)", func(_ *testing.T, fq *failureQueue) (string, []Option) {
-			return fq.url, []Option{WithDestinationFault(func(FailureMessage) error { return errors.New("AccessDenied") })}
+			return fq.url, []Option{WithDestinationFault(func(onfailure.Message) error { return errors.New("AccessDenied") })}
 		}},
 		// A real fault on the emulator: the destination queue does not exist ("incorrectly
 		// configured resources"). Before, the mapping retried it forever and the lane stalled.

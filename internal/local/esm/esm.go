@@ -20,6 +20,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/gapless-dev/gapless/internal/onfailure"
 )
 
 // Invoker runs the function once. *rie.Instance satisfies it; tests use in-process handlers.
@@ -105,7 +107,7 @@ func WithMaxBuffered(n int) Option { return func(m *Mapping) { m.maxBuffered = n
 // a misconfigured or deleted destination, a size limit): when fn returns an error for a
 // message, the message is not sent, DestinationDeliveryFailures counts it and the records are
 // discarded all the same (see deliver). For tests and the demo's --dest-fail.
-func WithDestinationFault(fn func(FailureMessage) error) Option {
+func WithDestinationFault(fn func(onfailure.Message) error) Option {
 	return func(m *Mapping) { m.destFault = fn }
 }
 
@@ -130,7 +132,7 @@ type Mapping struct {
 	// Set by Run from the stream's ARN.
 	streamARN, region, account, functionARN, identityARN string
 
-	destFault        func(FailureMessage) error
+	destFault        func(onfailure.Message) error
 	deliveryFailures atomic.Int64
 
 	mu          sync.Mutex

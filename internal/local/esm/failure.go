@@ -15,60 +15,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
+	"github.com/gapless-dev/gapless/internal/ctxtime"
+	"github.com/gapless-dev/gapless/internal/onfailure"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 
 func seqLess(a, b string) bool { return seqnum.Compare(a, b) < 0 }
 
-// OnFailure conditions (requestContext.condition).
-const (
-	ConditionRetryAttemptsExhausted = "RetryAttemptsExhausted"
-	ConditionRecordAgeExceeded      = "RecordAgeExceeded"
-)
-
-// FailureMessage is the document Lambda sends to a Kinesis mapping's OnFailure destination: the
-// metadata of the records it gave up on, never their data. Field names and formats follow the
-// example in https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html
-// (timestamps are RFC 3339 UTC with milliseconds, e.g. "2019-11-14T00:38:06.021Z").
-type FailureMessage struct {
-	RequestContext FailureRequestContext `json:"requestContext"`
-	// ResponseContext describes the last invocation; absent when the records were dropped
-	// before any invocation (RecordAgeExceeded on first sight).
-	ResponseContext  *FailureResponseContext `json:"responseContext,omitempty"`
-	Version          string                  `json:"version"`
-	Timestamp        string                  `json:"timestamp"`
-	KinesisBatchInfo KinesisBatchInfo        `json:"KinesisBatchInfo"`
-}
-
-// FailureRequestContext is FailureMessage.requestContext.
-type FailureRequestContext struct {
-	RequestID              string `json:"requestId"`
-	FunctionArn            string `json:"functionArn"`
-	Condition              string `json:"condition"`
-	ApproximateInvokeCount int    `json:"approximateInvokeCount"`
-}
-
-// FailureResponseContext is FailureMessage.responseContext. FunctionError is "Unhandled" when
-// the last invocation failed with a function error (including a timeout) and null when the
-// function answered but reported the records as failed.
-type FailureResponseContext struct {
-	StatusCode      int     `json:"statusCode"`
-	ExecutedVersion string  `json:"executedVersion"`
-	FunctionError   *string `json:"functionError"`
-}
-
-// KinesisBatchInfo names the records given up: a contiguous range of one lane of one shard.
-// With ParallelizationFactor > 1 the range from start to end also holds other lanes' records,
-// which were not given up (batchSize counts only this lane's).
-type KinesisBatchInfo struct {
-	ShardID                         string `json:"shardId"`
-	StartSequenceNumber             string `json:"startSequenceNumber"`
-	EndSequenceNumber               string `json:"endSequenceNumber"`
-	ApproximateArrivalOfFirstRecord string `json:"approximateArrivalOfFirstRecord"`
-	ApproximateArrivalOfLastRecord  string `json:"approximateArrivalOfLastRecord"`
-	BatchSize                       int    `json:"batchSize"`
-	StreamArn                       string `json:"streamArn"`
-}
+// The OnFailure message is onfailure.Message, the one definition the reconciler parses: the
+// metadata of the records Lambda gave up on, never their data. Field names and formats follow
+// the example in https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html
+// (timestamps are RFC 3339 UTC with milliseconds, e.g. "2019-11-14T00:38:06.021Z") and the
+// bodies recorded on AWS in internal/onfailure/testdata. With ParallelizationFactor > 1 the
+// range from start to end also holds other lanes' records, which were not given up (batchSize
+// counts only this lane's).
 
 const timestampLayout = "2006-01-02T15:04:05.000Z"
 
@@ -115,23 +75,23 @@ func (g *givenUp) add(recs []*record, u unit) {
 	}
 }
 
-func (m *Mapping) failureMessage(shardID string, g *givenUp) *FailureMessage {
-	msg := &FailureMessage{
-		RequestContext: FailureRequestContext{
-			FunctionArn:            m.functionARN,
+func (m *Mapping) failureMessage(shardID string, g *givenUp) *onfailure.Message {
+	msg := &onfailure.Message{
+		RequestContext: onfailure.RequestContext{
+			FunctionARN:            m.functionARN,
 			Condition:              g.condition,
 			ApproximateInvokeCount: g.invokes,
 		},
 		Version:   "1.0",
 		Timestamp: formatTime(m.now()),
-		KinesisBatchInfo: KinesisBatchInfo{
+		KinesisBatchInfo: onfailure.BatchInfo{
 			ShardID:                         shardID,
 			StartSequenceNumber:             g.first.seq,
 			EndSequenceNumber:               g.last.seq,
 			ApproximateArrivalOfFirstRecord: formatTime(g.first.arrival),
 			ApproximateArrivalOfLastRecord:  formatTime(g.last.arrival),
 			BatchSize:                       g.size,
-			StreamArn:                       m.streamARN,
+			StreamARN:                       m.streamARN,
 		},
 	}
 	if g.lastInv != nil {
@@ -140,7 +100,7 @@ func (m *Mapping) failureMessage(shardID string, g *givenUp) *FailureMessage {
 		msg.RequestContext.RequestID = newRequestID()
 	}
 	switch {
-	case g.condition == ConditionRecordAgeExceeded:
+	case g.condition == onfailure.ConditionRecordAgeExceeded:
 		// Recorded on AWS (LocalStack's test_lambda_integration_kinesis.snapshot.json,
 		// test_kinesis_maximum_record_age_exceeded[expire-before-ingestion|expire-while-retrying]
 		// and test_kinesis_maximum_record_age_exceeded_discard_records, 2025-11-25): a
@@ -150,10 +110,12 @@ func (m *Mapping) failureMessage(shardID string, g *givenUp) *FailureMessage {
 		// here the count is the invocations made, at least 1.
 		msg.RequestContext.ApproximateInvokeCount = max(1, g.invokes)
 	case g.lastInv != nil:
-		rc := &FailureResponseContext{StatusCode: g.lastInv.statusCode, ExecutedVersion: "$LATEST"}
+		// functionError is "Unhandled" when the last invocation failed with a function error
+		// (including a timeout) and null when the function answered but reported the records
+		// as failed (onfailure.ResponseContext encodes "" as null).
+		rc := &onfailure.ResponseContext{StatusCode: g.lastInv.statusCode, ExecutedVersion: "$LATEST"}
 		if g.lastInv.functionError {
-			unhandled := "Unhandled"
-			rc.FunctionError = &unhandled
+			rc.FunctionError = onfailure.FunctionErrorUnhandled
 		}
 		msg.ResponseContext = rc
 	}
@@ -179,7 +141,7 @@ var ErrDestinationDelivery = errors.New("esm: OnFailure destination delivery fai
 // returns an error wrapping ErrDestinationDelivery, counted in DestinationDeliveryFailures, and
 // the lane moves on. AWS does not document its internal retries; the split between transient
 // and permanent errors is this emulation's choice.
-func (m *Mapping) deliver(ctx context.Context, msg *FailureMessage) error {
+func (m *Mapping) deliver(ctx context.Context, msg *onfailure.Message) error {
 	if m.cfg.OnFailureQueueURL == "" {
 		return nil
 	}
@@ -214,7 +176,7 @@ func (m *Mapping) deliver(ctx context.Context, msg *FailureMessage) error {
 		}
 		m.log.WarnContext(ctx, "esm: OnFailure SendMessage failed; retrying",
 			"shard_id", msg.KinesisBatchInfo.ShardID, "sequence_number", msg.KinesisBatchInfo.StartSequenceNumber, "error", err)
-		if err := sleep(ctx, delay); err != nil {
+		if err := ctxtime.Sleep(ctx, delay); err != nil {
 			return err
 		}
 		delay = min(2*delay, 2*time.Second)
@@ -233,10 +195,10 @@ func permanent(err error) bool {
 
 // DestinationFailureRate returns a WithDestinationFault function that fails each delivery with
 // probability rate, from a generator seeded with seed (for the demo's --dest-fail).
-func DestinationFailureRate(rate float64, seed uint64) func(FailureMessage) error {
+func DestinationFailureRate(rate float64, seed uint64) func(onfailure.Message) error {
 	var mu sync.Mutex
 	rnd := mathrand.New(mathrand.NewPCG(seed, 0x0f417e))
-	return func(FailureMessage) error {
+	return func(onfailure.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if rnd.Float64() < rate {
@@ -253,19 +215,4 @@ func newRequestID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gapless-dev/gapless/internal/onfailure"
 )
 
 // invokedSeqs lists each invocation's sequence numbers.
@@ -159,7 +161,7 @@ func TestBisectBatchOnFunctionError(t *testing.T) {
 	if bi.StartSequenceNumber != q5 || bi.EndSequenceNumber != q5 || bi.BatchSize != 1 {
 		t.Fatalf("OnFailure batch %+v, want only the poison record %s", bi, q5)
 	}
-	if msg.RequestContext.Condition != ConditionRetryAttemptsExhausted {
+	if msg.RequestContext.Condition != onfailure.ConditionRetryAttemptsExhausted {
 		t.Fatalf("condition %s", msg.RequestContext.Condition)
 	}
 	// 1 (whole) + 1 (second half) + 1 (quarter) + 2 (the record itself) invocations.
@@ -214,8 +216,8 @@ func TestMaximumRetryAttempts(t *testing.T) {
 		msgs := fq.receive(t, 1)
 		msg := msgs[0]
 		rc := msg.RequestContext
-		if rc.Condition != ConditionRetryAttemptsExhausted || rc.ApproximateInvokeCount != 3 ||
-			rc.FunctionArn != "arn:aws:lambda:us-east-1:"+accountOf(s.arn)+":function:consumer" {
+		if rc.Condition != onfailure.ConditionRetryAttemptsExhausted || rc.ApproximateInvokeCount != 3 ||
+			rc.FunctionARN != "arn:aws:lambda:us-east-1:"+accountOf(s.arn)+":function:consumer" {
 			t.Fatalf("requestContext %+v", rc)
 		}
 		invoked := log.all(EventBatchInvoked)
@@ -223,8 +225,7 @@ func TestMaximumRetryAttempts(t *testing.T) {
 			t.Fatalf("requestId %s, want the last invocation's %s", rc.RequestID, invoked[2].RequestID)
 		}
 		if msg.ResponseContext == nil || msg.ResponseContext.StatusCode != 200 ||
-			msg.ResponseContext.ExecutedVersion != "$LATEST" || msg.ResponseContext.FunctionError == nil ||
-			*msg.ResponseContext.FunctionError != "Unhandled" {
+			msg.ResponseContext.ExecutedVersion != "$LATEST" || msg.ResponseContext.FunctionError != onfailure.FunctionErrorUnhandled {
 			t.Fatalf("responseContext %+v", msg.ResponseContext)
 		}
 		if msg.Version != "1.0" {
@@ -235,7 +236,7 @@ func TestMaximumRetryAttempts(t *testing.T) {
 		}
 		bi := msg.KinesisBatchInfo
 		if bi.ShardID != puts[0].shard || bi.StartSequenceNumber != q[0] || bi.EndSequenceNumber != q[3] ||
-			bi.BatchSize != 4 || bi.StreamArn != s.arn {
+			bi.BatchSize != 4 || bi.StreamARN != s.arn {
 			t.Fatalf("KinesisBatchInfo %+v", bi)
 		}
 		for _, ts := range []string{bi.ApproximateArrivalOfFirstRecord, bi.ApproximateArrivalOfLastRecord} {
@@ -301,7 +302,7 @@ func TestMaximumRetryAttempts(t *testing.T) {
 			t.Fatalf("OnFailure batch %+v, want %s..%s", bi, q[2], q[3])
 		}
 		// The function answered: no function error in the response context.
-		if msg.ResponseContext == nil || msg.ResponseContext.FunctionError != nil {
+		if msg.ResponseContext == nil || msg.ResponseContext.FunctionError != "" {
 			t.Fatalf("responseContext %+v, want functionError null", msg.ResponseContext)
 		}
 	})
@@ -336,7 +337,7 @@ func TestMaximumRecordAge(t *testing.T) {
 		msg := fq.receive(t, 1)[0]
 		// Recorded on AWS (LocalStack's test_kinesis_maximum_record_age_exceeded[expire-before-ingestion]
 		// and ..._discard_records, 2025-11-25): approximateInvokeCount 1 for records never invoked.
-		if msg.RequestContext.Condition != ConditionRecordAgeExceeded || msg.RequestContext.ApproximateInvokeCount != 1 {
+		if msg.RequestContext.Condition != onfailure.ConditionRecordAgeExceeded || msg.RequestContext.ApproximateInvokeCount != 1 {
 			t.Fatalf("requestContext %+v, want RecordAgeExceeded with approximateInvokeCount 1", msg.RequestContext)
 		}
 		if msg.ResponseContext != nil {
@@ -373,7 +374,7 @@ func TestMaximumRecordAge(t *testing.T) {
 			t.Fatalf("%d invocations, want 3", n)
 		}
 		msg := fq.receive(t, 1)[0]
-		if msg.RequestContext.Condition != ConditionRecordAgeExceeded || msg.RequestContext.ApproximateInvokeCount != 3 {
+		if msg.RequestContext.Condition != onfailure.ConditionRecordAgeExceeded || msg.RequestContext.ApproximateInvokeCount != 3 {
 			t.Fatalf("requestContext %+v", msg.RequestContext)
 		}
 		// Recorded on AWS (LocalStack's test_kinesis_maximum_record_age_exceeded[expire-while-retrying],

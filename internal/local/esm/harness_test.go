@@ -18,6 +18,7 @@ import (
 
 	"github.com/gapless-dev/gapless/internal/local/localstack"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/onfailure"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 
@@ -213,11 +214,11 @@ func newFailureQueue(t *testing.T) *failureQueue {
 }
 
 // receive reads exactly n messages (bounded wait) and checks that no more arrive.
-func (q *failureQueue) receive(t *testing.T, n int) []FailureMessage {
+func (q *failureQueue) receive(t *testing.T, n int) []onfailure.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var msgs []FailureMessage
+	var msgs []onfailure.Message
 	for len(msgs) < n {
 		out, err := q.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
 		if err != nil {
@@ -241,11 +242,11 @@ func (q *failureQueue) receive(t *testing.T, n int) []FailureMessage {
 }
 
 // decodeFailure parses an OnFailure message strictly: unknown fields are an error.
-func decodeFailure(t *testing.T, body string) FailureMessage {
+func decodeFailure(t *testing.T, body string) onfailure.Message {
 	t.Helper()
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.DisallowUnknownFields()
-	var m FailureMessage
+	var m onfailure.Message
 	if err := dec.Decode(&m); err != nil {
 		t.Fatalf("OnFailure message %s: %v", body, err)
 	}

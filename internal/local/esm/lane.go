@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gapless-dev/gapless/internal/ctxtime"
+	"github.com/gapless-dev/gapless/internal/onfailure"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 
@@ -234,11 +236,11 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 			rest := u
 			rest.recs = u.recs[i:]
 			if l.exhausted(rest.retries) {
-				giveUp(rest.recs, ConditionRetryAttemptsExhausted, rest)
+				giveUp(rest.recs, onfailure.ConditionRetryAttemptsExhausted, rest)
 				continue
 			}
 			rest.retries++
-			if sleep(ctx, m.retryDelay) != nil {
+			if ctxtime.Sleep(ctx, m.retryDelay) != nil {
 				return
 			}
 			work = append([]unit{rest}, work...)
@@ -258,11 +260,11 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 				continue
 			}
 			if l.exhausted(u.retries) {
-				giveUp(u.recs, ConditionRetryAttemptsExhausted, u)
+				giveUp(u.recs, onfailure.ConditionRetryAttemptsExhausted, u)
 				continue
 			}
 			u.retries++
-			if sleep(ctx, m.retryDelay) != nil {
+			if ctxtime.Sleep(ctx, m.retryDelay) != nil {
 				return
 			}
 			work = append([]unit{u}, work...)
@@ -282,13 +284,13 @@ func (l *lane) beforeInvoke(ctx context.Context, u *unit, giveUp func([]*record,
 			u.recs = u.recs[n:]
 		}
 		if n := l.expired(u.recs); n > 0 {
-			giveUp(u.recs[:n], ConditionRecordAgeExceeded, *u)
+			giveUp(u.recs[:n], onfailure.ConditionRecordAgeExceeded, *u)
 			u.recs = u.recs[n:]
 		}
 		if len(u.recs) == 0 || m.throttled == nil || !m.throttled(l.s.id) {
 			return true
 		}
-		if sleep(ctx, m.cfg.PollInterval) != nil {
+		if ctxtime.Sleep(ctx, m.cfg.PollInterval) != nil {
 			return false
 		}
 	}
@@ -363,7 +365,7 @@ func (l *lane) flush(ctx context.Context, given []*givenUp) bool {
 			return false // ctx ended: the mapping is stopping
 		}
 		typ := EventRetriesExhausted
-		if g.condition == ConditionRecordAgeExceeded {
+		if g.condition == onfailure.ConditionRecordAgeExceeded {
 			typ = EventRecordsExpired
 		}
 		ev := Event{Type: typ, ShardID: l.s.id, Lane: l.idx, FirstSeq: g.first.seq, LastSeq: g.last.seq,

@@ -1,6 +1,10 @@
 package esm
 
-import "time"
+import (
+	"time"
+
+	"github.com/gapless-dev/gapless/internal/onfailure"
+)
 
 // EventType names what happened in the mapping.
 type EventType string
@@ -59,7 +63,7 @@ type Event struct {
 	Err        error
 	FailedSeq  string
 	Checkpoint string
-	Failure    *FailureMessage
+	Failure    *onfailure.Message
 	Parents    []string
 }
 

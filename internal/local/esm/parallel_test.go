@@ -15,7 +15,7 @@ func keysCoveringLanes(n, perLane int) []string {
 	var keys []string
 	for i := 0; len(keys) < n*perLane; i++ {
 		k := fmt.Sprintf("key-%d", i)
-		if l := laneOf(k, n); count[l] < perLane {
+		if l := LaneOf(k, n); count[l] < perLane {
 			count[l]++
 			keys = append(keys, k)
 		}
@@ -66,7 +66,7 @@ func TestParallelizationFactor(t *testing.T) {
 				t.Fatalf("key %s went to lanes %d and %d", k, l, c.lane)
 			}
 			keyLane[k] = c.lane
-			if want := laneOf(k, factor); c.lane != want {
+			if want := LaneOf(k, factor); c.lane != want {
 				t.Fatalf("key %s on lane %d, want lane %d (MD5 mod factor)", k, c.lane, want)
 			}
 			perLane[c.lane] = append(perLane[c.lane], rec.Kinesis.SequenceNumber)
@@ -95,7 +95,7 @@ func TestParallelizationFactor(t *testing.T) {
 				want = append(want, p.seq)
 			}
 		}
-		for _, q := range perLane[laneOf(k, factor)] {
+		for _, q := range perLane[LaneOf(k, factor)] {
 			if slices.Contains(want, q) {
 				got = append(got, q)
 			}

@@ -125,10 +125,10 @@ func cut(queue []*record, batchSize, maxBytes int) (n int, full bool) {
 	return len(queue), len(queue) == batchSize
 }
 
-// laneOf maps a partition key to one of n lanes: the key's MD5 as a 128-bit unsigned integer
+// LaneOf maps a partition key to one of n lanes: the key's MD5 as a 128-bit unsigned integer
 // (as Kinesis hashes keys to shards), modulo n. Records of one key always share a lane, so
 // per-key order is kept with ParallelizationFactor > 1.
-func laneOf(key string, n int) int {
+func LaneOf(key string, n int) int {
 	if n <= 1 {
 		return 0
 	}

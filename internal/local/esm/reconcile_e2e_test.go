@@ -14,6 +14,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/consumer"
 	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/onfailure"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
@@ -84,7 +85,7 @@ func TestDeliveryFailureIsCaughtByTheScheduledPass(t *testing.T) {
 	cfg.MaximumRetryAttempts = 1
 	cfg.ReportBatchItemFailures = true
 	cfg.OnFailureQueueURL = fq.url
-	m, log := drain(t, s, fq.sqs, r, cfg, WithDestinationFault(func(FailureMessage) error { return errors.New("AccessDenied") }))
+	m, log := drain(t, s, fq.sqs, r, cfg, WithDestinationFault(func(onfailure.Message) error { return errors.New("AccessDenied") }))
 
 	if n := m.DestinationDeliveryFailures(); n != 1 {
 		t.Fatalf("DestinationDeliveryFailures %d, want 1", n)

@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gapless-dev/gapless/internal/ctxtime"
 )
 
 // waitActive waits (bounded) until the stream is ACTIVE again after a reshard.
@@ -24,7 +26,7 @@ func (s *stream) waitActive(ctx context.Context) error {
 		if out.StreamDescriptionSummary.StreamStatus == kintypes.StreamStatusActive {
 			return nil
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -110,7 +110,7 @@ func TestMappingWithRuntimeInterfaceEmulator(t *testing.T) {
 	// Every lane's checkpoint reached its last record.
 	last := map[int]string{}
 	for _, p := range puts {
-		last[laneOf(p.key, 2)] = p.seq
+		last[LaneOf(p.key, 2)] = p.seq
 	}
 	cps := m.Checkpoints()[puts[0].shard]
 	for l, want := range last {

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gapless-dev/gapless/internal/ctxtime"
 )
 
 // getRecordsLimit is the most records one GetRecords call returns.
@@ -103,11 +105,11 @@ func (s *shardRun) read(ctx context.Context, pos string) error {
 	lastSeq := ""
 	var lastRead time.Time
 	for {
-		if err := sleep(ctx, time.Until(lastRead.Add(m.cfg.PollInterval))); err != nil {
+		if err := ctxtime.Sleep(ctx, time.Until(lastRead.Add(m.cfg.PollInterval))); err != nil {
 			return err
 		}
 		for s.buffered() >= m.maxBuffered {
-			if err := sleep(ctx, m.cfg.PollInterval); err != nil {
+			if err := ctxtime.Sleep(ctx, m.cfg.PollInterval); err != nil {
 				return err
 			}
 		}
@@ -138,7 +140,7 @@ func (s *shardRun) read(ctx context.Context, pos string) error {
 			if err != nil {
 				return err
 			}
-			i := laneOf(rec.key, len(s.lanes))
+			i := LaneOf(rec.key, len(s.lanes))
 			perLane[i] = append(perLane[i], rec)
 			lastSeq = rec.seq
 		}
@@ -193,7 +195,7 @@ func (s *shardRun) iterator(ctx context.Context, pos, after string) (*string, er
 			continue
 		}
 		m.log.WarnContext(ctx, "esm: GetShardIterator failed", "shard_id", s.id, "sequence_number", after, "error", err)
-		if err := sleep(ctx, m.cfg.PollInterval); err != nil {
+		if err := ctxtime.Sleep(ctx, m.cfg.PollInterval); err != nil {
 			return nil, err
 		}
 	}

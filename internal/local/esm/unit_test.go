@@ -235,14 +235,14 @@ func TestLaneOf(t *testing.T) {
 		n := rapid.IntRange(1, MaxParallelizationFactor).Draw(t, "n")
 		sum := md5.Sum([]byte(key))
 		want := new(big.Int).Mod(new(big.Int).SetBytes(sum[:]), big.NewInt(int64(n))).Int64()
-		if got := laneOf(key, n); int64(got) != want || got < 0 || got >= n {
-			t.Fatalf("laneOf(%q, %d) = %d, want %d", key, n, got, want)
+		if got := LaneOf(key, n); int64(got) != want || got < 0 || got >= n {
+			t.Fatalf("LaneOf(%q, %d) = %d, want %d", key, n, got, want)
 		}
 	})
 	// Keys spread over every lane.
 	seen := map[int]bool{}
 	for i := range 200 {
-		seen[laneOf(fmt.Sprint(i), 10)] = true
+		seen[LaneOf(fmt.Sprint(i), 10)] = true
 	}
 	if len(seen) != 10 {
 		t.Fatalf("200 keys reached %d of 10 lanes", len(seen))
@@ -325,7 +325,7 @@ func TestFailureMessageShape(t *testing.T) {
 		g.add(recs, unit{recs: recs, invokes: invokes, last: last})
 		return g
 	}
-	msg := m.failureMessage("shardId-000000000007", given(ConditionRetryAttemptsExhausted, 4,
+	msg := m.failureMessage("shardId-000000000007", given(onfailure.ConditionRetryAttemptsExhausted, 4,
 		&lastInvoke{requestID: "r-1", statusCode: 200, functionError: true}))
 	b, err := json.Marshal(msg)
 	if err != nil {
@@ -343,18 +343,18 @@ func TestFailureMessageShape(t *testing.T) {
 	if string(b) != want {
 		t.Fatalf("message\n got %s\nwant %s", b, want)
 	}
-	partial := m.failureMessage("shardId-000000000007", given(ConditionRetryAttemptsExhausted, 1, &lastInvoke{requestID: "r-2", statusCode: 200}))
+	partial := m.failureMessage("shardId-000000000007", given(onfailure.ConditionRetryAttemptsExhausted, 1, &lastInvoke{requestID: "r-2", statusCode: 200}))
 	if b, _ := json.Marshal(partial.ResponseContext); string(b) != `{"statusCode":200,"executedVersion":"$LATEST","functionError":null}` {
 		t.Fatalf("responseContext after a partial failure: %s", b)
 	}
-	expired := m.failureMessage("shardId-000000000007", given(ConditionRecordAgeExceeded, 0, nil))
+	expired := m.failureMessage("shardId-000000000007", given(onfailure.ConditionRecordAgeExceeded, 0, nil))
 	if b, _ := json.Marshal(expired); strings.Contains(string(b), "responseContext") || expired.RequestContext.RequestID == "" ||
 		expired.RequestContext.ApproximateInvokeCount != 1 {
 		t.Fatalf("never-invoked message: %s", b)
 	}
 	// As recorded on AWS (LocalStack's test_kinesis_maximum_record_age_exceeded[expire-while-retrying]):
 	// no responseContext on RecordAgeExceeded even after invocations.
-	expiredLate := m.failureMessage("shardId-000000000007", given(ConditionRecordAgeExceeded, 8,
+	expiredLate := m.failureMessage("shardId-000000000007", given(onfailure.ConditionRecordAgeExceeded, 8,
 		&lastInvoke{requestID: "r-3", statusCode: 200, functionError: true}))
 	if b, _ := json.Marshal(expiredLate); strings.Contains(string(b), "responseContext") ||
 		expiredLate.RequestContext.ApproximateInvokeCount != 8 {
@@ -362,7 +362,7 @@ func TestFailureMessageShape(t *testing.T) {
 	}
 	// The emulator writes the format; the reconciler's parser (internal/onfailure) reads it. Every
 	// variant the emulator sends must parse into the same range.
-	for _, fm := range []*FailureMessage{msg, partial, expired, expiredLate} {
+	for _, fm := range []*onfailure.Message{msg, partial, expired, expiredLate} {
 		body, _ := json.Marshal(fm)
 		parsed, err := onfailure.Parse(body)
 		if err != nil {

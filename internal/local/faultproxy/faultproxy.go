@@ -13,13 +13,11 @@
 package faultproxy
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -199,11 +197,7 @@ func WithSeed(seed int64) Option { return func(o *options) { o.seed = uint64(see
 
 // Proxy is a running fault-injecting reverse proxy. Its methods are safe for concurrent use.
 type Proxy struct {
-	target    *url.URL
-	ln        net.Listener
-	srv       *http.Server
-	transport *http.Transport
-	done      chan struct{}
+	lb *Loopback
 
 	mu       sync.Mutex
 	rules    []*ruleState
@@ -216,45 +210,25 @@ type Proxy struct {
 // Start listens on 127.0.0.1 (a free port) and proxies to target, an http(s) base URL such as
 // the emulator endpoint "http://127.0.0.1:4569".
 func Start(target string, opts ...Option) (*Proxy, error) {
-	u, err := url.Parse(target)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("faultproxy: target %q is not an http(s) URL", target)
-	}
 	o := options{seed: 1}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lb, err := ListenLoopback(target)
 	if err != nil {
-		return nil, fmt.Errorf("faultproxy: listen: %w", err)
+		return nil, err
 	}
 	p := &Proxy{
-		target: u,
-		ln:     ln,
-		transport: &http.Transport{
-			Proxy:               nil, // the target is local; never route through an HTTP proxy
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-			// Forward bodies byte for byte: DynamoDB responses carry an X-Amz-Crc32 of the body
-			// as sent, which transparent decompression would invalidate.
-			DisableCompression: true,
-		},
-		done:  make(chan struct{}),
+		lb:    lb,
 		rng:   rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15)),
 		stats: map[string]*OpStats{},
 	}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		defer close(p.done)
-		_ = p.srv.Serve(ln) // returns http.ErrServerClosed after Close
-	}()
+	lb.Serve(p)
 	return p, nil
 }
 
 // URL is the proxy's base URL, to be used as the SDK client's BaseEndpoint.
-func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *Proxy) URL() string { return p.lb.URL() }
 
 // Close stops the proxy and closes every connection it holds.
 func (p *Proxy) Close() error {
@@ -265,13 +239,7 @@ func (p *Proxy) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
-	err := p.srv.Close()
-	<-p.done
-	p.transport.CloseIdleConnections()
-	if err != nil {
-		return fmt.Errorf("faultproxy: close: %w", err)
-	}
-	return nil
+	return p.lb.Close()
 }
 
 // SetRules replaces the rules (and their injection counts); no rules means pure forwarding.
@@ -389,7 +357,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	resp, err := p.forward(r, body)
+	resp, err := p.lb.Forward(r, body)
 	if err != nil {
 		p.count(req.Operation, func(o *OpStats) { o.ForwardErrors++ })
 		writeServiceError(w, req, requestID, serviceError{
@@ -416,26 +384,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
-}
-
-func (p *Proxy) forward(r *http.Request, body []byte) (*http.Response, error) {
-	u := *p.target
-	u.Path = strings.TrimSuffix(p.target.Path, "/") + r.URL.Path
-	u.RawPath = ""
-	u.RawQuery = r.URL.RawQuery
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	for k, vs := range r.Header {
-		if !hopByHop(k) {
-			out.Header[k] = vs
-		}
-	}
-	// Keep the Host the client signed (SigV4 covers it) and that emulators build URLs from.
-	out.Host = r.Host
-	out.ContentLength = int64(len(body))
-	return p.transport.RoundTrip(out)
 }
 
 // reset closes the client connection without a response, with a TCP RST where possible

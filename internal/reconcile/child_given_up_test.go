@@ -1,0 +1,110 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"math/big"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+)
+
+// TestChildTheMappingGaveUpIsReplayed: a shard is split; the local mapping reads the parent,
+// then the children, and gives up every batch of one child (each invocation crashes, past
+// MaximumRetryAttempts) with every on-failure delivery failing. That child never gets a
+// checkpoint row, so on the old code no pass ever read it (a shard without a checkpoint was
+// "nothing consumed yet") and its records expired with the stream. Its parent is closed and
+// verified to its end, so the mapping has read the child from its start: the pass verifies it
+// as consumed from its StartingSequenceNumber and replays its records once due (older than
+// TailAfter), exactly once. "parent never checkpointed": the parent's records are given up too;
+// the other child's checkpoint shows the mapping moved past the parent, which is verified whole,
+// and then the given-up child as well.
+func TestChildTheMappingGaveUpIsReplayed(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		parentFails bool
+	}{
+		{"parent consumed", false},
+		{"parent never checkpointed", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStack(t, 1)
+			s.waitActive()
+			parent := s.shardIDs()[0]
+			a := s.putN(10, "A", keyMod(3), nil)
+			if _, err := s.kin.SplitShard(context.Background(), splitInput(s.stream, parent, new(big.Int).Lsh(big.NewInt(1), 127))); err != nil {
+				t.Fatal(err)
+			}
+			s.waitActive()
+			c := s.putN(24, "C", keyMod(16), nil)
+			children := map[string][]put{}
+			for _, p := range c {
+				children[p.shard] = append(children[p.shard], p)
+			}
+			kids := make([]string, 0, len(children))
+			for id := range children {
+				kids = append(kids, id)
+			}
+			slices.Sort(kids)
+			if len(kids) != 2 {
+				t.Fatalf("records after the split landed in %d shards, want 2", len(kids))
+			}
+			gaveUp, kept := children[kids[0]], children[kids[1]]
+
+			// The fault: every batch of the child gaveUp crashes (and, with parentFails, every
+			// batch of the parent), and no on-failure message is delivered.
+			crash := map[string]bool{}
+			given := slices.Clone(gaveUp)
+			if tc.parentFails {
+				given = append(slices.Clone(a), gaveUp...)
+			}
+			for _, p := range given {
+				crash[p.seq] = true
+			}
+			rec := newRecorder()
+			failed := s.runGivingUp(t, rec, crash)
+			covered := 0
+			for _, e := range failed {
+				covered += e.Size
+			}
+			if covered != len(given) {
+				t.Fatalf("delivery-failed events cover %d records, want the %d given up", covered, len(given))
+			}
+			consumed := idsOf(kept)
+			if !tc.parentFails {
+				consumed = append(idsOf(a), consumed...)
+			}
+			checkOnce(t, "mapping", rec.counts(), consumed)
+			if _, err := s.cps.Get(context.Background(), s.shard(kids[0])); !errors.Is(err, checkpoint.ErrNotFound) {
+				t.Fatalf("child %s: checkpoint row %v, want none (every batch given up)", kids[0], err)
+			}
+			if _, err := s.cps.Get(context.Background(), s.shard(parent)); tc.parentFails != errors.Is(err, checkpoint.ErrNotFound) {
+				t.Fatalf("parent %s: checkpoint row %v", parent, err)
+			}
+
+			// The pass, an hour later (past MaximumRecordAge 10m + settle 30m).
+			r := s.reconciler(s.pipeline(rec.process, 3), Config{MaxRecordAge: 10 * time.Minute})
+			var replayed int
+			for range 2 {
+				rep, err := r.Run(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				replayed += rep.GapsReplayed
+			}
+			all := append(append(idsOf(a), idsOf(kept)...), idsOf(gaveUp)...)
+			checkOnce(t, "mapping and reconciler together", rec.counts(), all)
+			if replayed != len(given) {
+				t.Errorf("GapsReplayed %d, want %d (the records given up)", replayed, len(given))
+			}
+			if st := s.state(kids[0]); st.Watermark != gaveUp[len(gaveUp)-1].seq {
+				t.Errorf("child %s watermark %q, want its last record %s", kids[0], st.Watermark, gaveUp[len(gaveUp)-1].seq)
+			}
+			if st := s.state(parent); !st.Closed {
+				t.Errorf("parent %s not marked closed", parent)
+			}
+		})
+	}
+}
