@@ -18,11 +18,10 @@
 // bucket's lifecycle (15 days, longer than the queue's 14-day retention); gapless never deletes
 // them, since a message may be received more than once.
 //
-// To run your own logic, replace New (this one file) with a function returning a
-// pipeline.ProcessFunc: it is called once per user record, concurrently across partition keys and
-// in sequence order within a key; return an error to have the record retried (and parked after
-// MAX_RECORD_ATTEMPTS failures). Make it idempotent: a record can reach it twice in the windows
-// docs/design.md documents.
+// It is what a nil Process selects in the root package (github.com/gapless-dev/gapless). To run
+// your own logic, do not edit this package: give your Process to gapless.StartConsumer and
+// gapless.StartReconciler (the package documentation there states its contract; examples/
+// has a complete service).
 package process
 
 import (
