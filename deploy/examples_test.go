@@ -33,36 +33,56 @@ func TestExampleBuildTargets(t *testing.T) {
 	}
 }
 
-// TestExampleImportsOnlyThePublicPackage: an example's own packages import nothing of gapless
-// but the root package (its module path is outside gapless's, so the compiler already refuses
-// internal/; this also keeps process/ and the rest out).
+// publicPackage is the API: the one package of gapless a service imports.
+const publicPackage = "github.com/gapless-dev/gapless"
+
+// checkImportsOnlyThePublicPackage lists the packages pattern names in dir (the production build:
+// -tags lambda.norpc; test files too when withTests) and fails for every import of a gapless
+// package other than the root one. It also fails when none imports the root package at all.
+func checkImportsOnlyThePublicPackage(t *testing.T, dir, pattern string, withTests bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args := []string{"list", "-tags", "lambda.norpc", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}
+	if withTests {
+		args = append(args, "-test")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, pattern)...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s in %s: %v", pattern, dir, err)
+	}
+	usesPublic := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			usesPublic = usesPublic || imp == publicPackage
+			if strings.HasPrefix(imp, publicPackage+"/") {
+				t.Errorf("%s imports %s: it may use only %s", f[0], imp, publicPackage)
+			}
+		}
+	}
+	if !usesPublic {
+		t.Errorf("no package of %s imports %s:\n%s", pattern, publicPackage, out)
+	}
+}
+
+// TestExampleImportsOnlyThePublicPackage: an example's own packages, tests included, import
+// nothing of gapless but the root package (its module path is outside gapless's, so the
+// compiler already refuses internal/; this also keeps process/ and the rest out).
 func TestExampleImportsOnlyThePublicPackage(t *testing.T) {
-	const public = "github.com/gapless-dev/gapless"
 	for _, ex := range examples {
 		t.Run(ex, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, "go", "list", "-test", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
-			cmd.Dir = filepath.Join(repoRoot(t), ex)
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("go list in %s: %v", ex, err)
-			}
-			usesPublic := false
-			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-				f := strings.Fields(line)
-				for _, imp := range f[1:] {
-					usesPublic = usesPublic || imp == public
-					if strings.HasPrefix(imp, public+"/") {
-						t.Errorf("%s imports %s: examples use only %s", f[0], imp, public)
-					}
-				}
-			}
-			if !usesPublic {
-				t.Errorf("no package of %s imports %s:\n%s", ex, public, out)
-			}
+			checkImportsOnlyThePublicPackage(t, filepath.Join(repoRoot(t), ex), "./...", true)
 		})
 	}
+}
+
+// TestFunctionsUseOnlyThePublicPackage: the deployed mains are built on the API alone, as a
+// user's would be (the project eats its own cooking); their test files may reach further.
+func TestFunctionsUseOnlyThePublicPackage(t *testing.T) {
+	checkImportsOnlyThePublicPackage(t, repoRoot(t), "./functions/...", false)
 }
 
 // TestExampleTemplates: each example's template gives both functions every variable gapless
