@@ -4,8 +4,10 @@ GO        ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
 PKGS      ?= ./...
 BIN       := bin
+# Modules of their own under examples/, built on the public package: vetted and tested with the rest.
+EXAMPLES  := examples/ddbwriter
 
-.PHONY: all tools up down invoke test test-dynalite test-moto lint vet fmt-check clean gapless
+.PHONY: all tools up down invoke test test-dynalite test-moto test-go lint vet fmt-check clean gapless
 
 all: lint test
 include mk/sam.mk
@@ -32,10 +34,15 @@ down: gapless
 test: lint test-dynalite test-moto
 
 test-dynalite: tools gapless
-	scripts/with-stack.sh dynalite $(GO) test $(GOTESTFLAGS) $(PKGS)
+	scripts/with-stack.sh dynalite $(MAKE) --no-print-directory test-go
 
 test-moto: tools gapless
-	scripts/with-stack.sh moto $(GO) test $(GOTESTFLAGS) $(PKGS)
+	scripts/with-stack.sh moto $(MAKE) --no-print-directory test-go
+
+# test-go: the module's tests, then each example module's, against the stack with-stack.sh exported
+test-go:
+	$(GO) test $(GOTESTFLAGS) $(PKGS)
+	@for d in $(EXAMPLES); do echo "== $$d"; $(GO) -C $$d test $(GOTESTFLAGS) ./... || exit 1; done
 
 ## lint: gofmt check and go vet
 lint: fmt-check vet
@@ -46,6 +53,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	@for d in $(EXAMPLES); do echo "$(GO) -C $$d vet ./..."; $(GO) -C $$d vet ./... || exit 1; done
 
 clean:
 	rm -rf $(BIN) .local .aws-sam

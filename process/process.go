@@ -19,14 +19,12 @@
 // them, since a message may be received more than once.
 //
 // NewBatch (batch.go) sends the same messages with SendMessageBatch, up to 10 per request, as a
-// pipeline.BatchFunc; internal/wire wires it by default.
+// pipeline.BatchFunc; it is what a nil Process selects by default.
 //
-// To run your own logic, replace New and NewBatch with a function returning a
-// pipeline.ProcessFunc (called once per user record, concurrently across partition keys and in
-// sequence order within a key) or a pipeline.BatchFunc (called with waves of at most one record
-// per partition key, one outcome per record); return an error to have the record retried (and
-// parked after MAX_RECORD_ATTEMPTS failures). Make it idempotent: a record can reach it twice in
-// the windows docs/design.md documents.
+// It is what a nil Process selects in the root package (github.com/gapless-dev/gapless). To run
+// your own logic, do not edit this package: give your Process to gapless.StartConsumer and
+// gapless.StartReconciler (the package documentation there states its contract; examples/
+// has a complete service).
 package process
 
 import (

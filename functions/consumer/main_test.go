@@ -4,16 +4,28 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gapless-dev/gapless"
 	"github.com/gapless-dev/gapless/internal/config"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// setup builds the handler the way main does (its fault options, then the public package) with
+// the environment getenv and the output out.
+func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*gapless.Consumer, error) {
+	faults, err := faultOptions(getenv)
+	if err != nil {
+		return nil, err
+	}
+	return gapless.NewConsumer(ctx, nil, append(faults, gapless.WithGetenv(getenv), gapless.WithOutput(out))...)
+}
 
 func fullEnv() map[string]string {
 	return map[string]string{

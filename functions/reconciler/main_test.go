@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/gapless-dev/gapless"
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/dedupe"
@@ -35,6 +37,16 @@ func TestMain(m *testing.M) {
 }
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// setup builds the handler the way main does (its fault options, then the public package) with
+// the environment getenv and the output out.
+func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*gapless.Reconciler, error) {
+	faults, err := faultOptions(getenv)
+	if err != nil {
+		return nil, err
+	}
+	return gapless.NewReconciler(ctx, nil, append(faults, gapless.WithGetenv(getenv), gapless.WithOutput(out))...)
+}
 
 func fullEnv() map[string]string {
 	return map[string]string{

@@ -123,8 +123,8 @@ type Reconciler struct {
 }
 
 // LoadConsumer reads and validates the consumer's variables through getenv (os.Getenv in main).
-func LoadConsumer(getenv func(string) string) (Consumer, error) {
-	p := parser{getenv: getenv}
+func LoadConsumer(getenv func(string) string, opts ...LoadOption) (Consumer, error) {
+	p := newParser(getenv, opts)
 	c := Consumer{Common: p.common(), DeadlineMargin: p.duration(EnvDeadlineMargin, DefaultDeadlineMargin),
 		StreamName: strings.TrimSpace(getenv(EnvStreamName))}
 	p.streamName(c.StreamName)
@@ -132,8 +132,8 @@ func LoadConsumer(getenv func(string) string) (Consumer, error) {
 }
 
 // LoadReconciler reads and validates the reconciler's variables.
-func LoadReconciler(getenv func(string) string) (Reconciler, error) {
-	p := parser{getenv: getenv}
+func LoadReconciler(getenv func(string) string, opts ...LoadOption) (Reconciler, error) {
+	p := newParser(getenv, opts)
 	r := Reconciler{
 		Common:      p.common(),
 		StreamName:  strings.TrimSpace(getenv(EnvStreamName)),
@@ -184,8 +184,9 @@ func MinSettle(functionTimeout, batchingWindow time.Duration, maxRecordAttempts,
 }
 
 type parser struct {
-	getenv func(string) string
-	errs   []error
+	getenv     func(string) string
+	errs       []error
+	ownProcess bool // OwnProcess: TARGET_QUEUE_URL is optional
 }
 
 func (p *parser) fail(name, value, why string) {
@@ -208,7 +209,7 @@ func (p *parser) common() Common {
 		CheckpointTable:   p.required(EnvCheckpointTable),
 		DedupeTable:       p.required(EnvDedupeTable),
 		ParkedQueueURL:    p.required(EnvParkedQueueURL),
-		TargetQueueURL:    p.required(EnvTargetQueueURL),
+		TargetQueueURL:    p.target(),
 		PayloadBucket:     p.required(EnvPayloadBucket),
 		MaxRecordAttempts: p.intIn(EnvMaxRecordAttempts, DefaultMaxRecordAttempts, 1, 1000),
 		MaxConcurrency:    p.intIn(EnvMaxConcurrency, DefaultMaxConcurrency, 1, 1024),

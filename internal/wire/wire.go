@@ -1,7 +1,8 @@
 // Package wire builds what both functions share from their typed configuration: the AWS
-// clients (S3 for the payload bucket among them), the stores, the logger and the batch pipeline around the business logic (package
-// process, wrapped by internal/local/chaos when GAPLESS_CHAOS is set, which only the demo does). The
-// mains stay thin: load config, call Build, add their own handler, lambda.Start.
+// clients (S3 for the payload bucket among them), the stores, the logger and the batch pipeline
+// around the business logic (the user's Process, or package process's default bridge; wrapped by
+// internal/local/chaos only in the demo's builds). It is the implementation behind the public
+// package github.com/gapless-dev/gapless, which the function mains and users' modules call.
 package wire
 
 import (
@@ -48,41 +49,41 @@ type Parts struct {
 	Pipeline    *pipeline.Pipeline
 }
 
-// Option adjusts Build.
+// Option adjusts Build (options.go lists them).
 type Option func(*options)
 
-type options struct {
-	wrap      func(pipeline.ProcessFunc) pipeline.ProcessFunc
-	perRecord bool
-}
-
-// WithPerRecordBridge makes the default bridge send one SendMessage per record (process.New)
-// instead of the default SendMessageBatch waves (process.NewBatch through
-// pipeline.WithBatchSink). A Process wrapper (WithProcessWrapper) implies it: the wrapper works
-// record by record.
-func WithPerRecordBridge() Option { return func(o *options) { o.perRecord = true } }
-
-// WithProcessWrapper wraps the default Process (package process) before the pipeline gets it:
-// tests build the real function around a Process that misbehaves on chosen records.
-func WithProcessWrapper(wrap func(pipeline.ProcessFunc) pipeline.ProcessFunc) Option {
-	return func(o *options) { o.wrap = wrap }
-}
-
 // Build wires the pipeline for cfg. getenv is os.Getenv in a main (for AWS_LAMBDA_LOG_LEVEL and
-// AWS_ENDPOINT_URL_S3); logs and EMF metric lines go to out.
+// AWS_ENDPOINT_URL_S3); logs and EMF metric lines go to out unless WithLogger or
+// WithMetricsWriter say otherwise. Without WithProcess the Process is the default bridge
+// (package process) to cfg.TargetQueueURL.
 func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration, getenv func(string) string, out io.Writer, opts ...Option) (Parts, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	logger := consumer.NewLogger(out, consumer.ParseLevel(getenv("AWS_LAMBDA_LOG_LEVEL")))
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return Parts{}, fmt.Errorf("load AWS configuration: %w", err)
+	logger := o.logger
+	if logger == nil {
+		logger = consumer.NewLogger(out, consumer.ParseLevel(getenv("AWS_LAMBDA_LOG_LEVEL")))
+	}
+	metricsOut := out
+	if o.metrics != nil {
+		metricsOut = o.metrics
+	}
+	var awsCfg aws.Config
+	if o.aws != nil {
+		awsCfg = *o.aws
+	} else {
+		var err error
+		if awsCfg, err = awsconfig.LoadDefaultConfig(ctx); err != nil {
+			return Parts{}, fmt.Errorf("load AWS configuration: %w", err)
+		}
 	}
 	ddb, sqsClient := dynamodb.NewFromConfig(awsCfg), sqs.NewFromConfig(awsCfg)
 	objects := NewS3(awsCfg, getenv)
-	var proc pipeline.ProcessFunc = process.New(sqsClient, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket))
+	proc := o.process
+	if proc == nil {
+		proc = process.New(sqsClient, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket))
+	}
 	if o.wrap != nil {
 		proc = o.wrap(proc)
 	}
@@ -102,13 +103,14 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 	if err != nil {
 		return Parts{}, err
 	}
-	emf := metrics.New(out, metrics.Namespace, []metrics.Dimension{{Name: metrics.DimensionGroup, Value: cfg.Group}})
+	emf := metrics.New(metricsOut, metrics.Namespace, []metrics.Dimension{{Name: metrics.DimensionGroup, Value: cfg.Group}})
 	return Parts{AWS: awsCfg, Logger: logger, Metrics: emf, Checkpoints: cps, Pipeline: p}, nil
 }
 
-// batchSink is the default bridge in batch form, unless per-record sending was asked for.
+// batchSink is the default bridge in batch form, unless per-record sending was asked for or the
+// Process is not the default one (WithProcess, WithProcessWrapper).
 func batchSink(o options, client *sqs.Client, objects *s3.Client, cfg config.Common) pipeline.Option {
-	if o.wrap != nil || o.perRecord {
+	if o.process != nil || o.wrap != nil || o.perRecord {
 		return func(*pipeline.Pipeline) {}
 	}
 	return pipeline.WithBatchSink(process.NewBatch(client, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket)), process.MaxBatchEntries)

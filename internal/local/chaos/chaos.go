@@ -43,7 +43,7 @@
 //
 // It is a test and demo tool, not business logic: the consumer and reconciler mains wrap their
 // Process with it only when built with -tags gapless_chaos (BuildTag) and GAPLESS_CHAOS is set
-// (see WireOptions).
+// (see Options).
 package chaos
 
 import (
@@ -64,8 +64,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gapless-dev/gapless"
 	"github.com/gapless-dev/gapless/internal/pipeline"
-	"github.com/gapless-dev/gapless/internal/wire"
 )
 
 // EnvVar is the environment variable that configures and enables chaos.
@@ -326,16 +326,17 @@ func FromEnv(getenv func(string) string) (*Chaos, error) {
 // harness builds them with it, `sam build` and `make build` do not.
 const BuildTag = "gapless_chaos"
 
-// WireOptions returns the wire options that put the Chaos configured by GAPLESS_CHAOS around
-// a function's Process, or none when the variable is unset. The function mains reach it only
+// Options returns the options of the public package (github.com/gapless-dev/gapless) that put
+// the Chaos configured by GAPLESS_CHAOS around a function's Process, or none when the variable
+// is unset. The function mains reach it only
 // when built with -tags gapless_chaos (their faults_chaos.go), which only the local harness
 // does (gapless demo, gapless invoke): a deployed build has no fault injection in it at all.
-func WireOptions(getenv func(string) string) ([]wire.Option, error) {
+func Options(getenv func(string) string) ([]gapless.Option, error) {
 	c, err := FromEnv(getenv)
 	if err != nil || c == nil {
 		return nil, err
 	}
-	return []wire.Option{wire.WithProcessWrapper(c.Wrap)}, nil
+	return []gapless.Option{gapless.WithProcessWrapper(c.WrapRecord)}, nil
 }
 
 // Config returns the configuration.
@@ -350,11 +351,28 @@ func (c *Chaos) Stats() Stats {
 // Wrap returns a ProcessFunc that runs Before and then next.
 func (c *Chaos) Wrap(next pipeline.ProcessFunc) pipeline.ProcessFunc {
 	return func(ctx context.Context, r pipeline.Record) error {
-		if err := c.Before(ctx, Name(r.Data, r.ID.String()), r.Data); err != nil {
-			return fmt.Errorf("record %s: %w", r.ID, err)
+		if err := c.before(ctx, r.ID.String(), r.Data); err != nil {
+			return err
 		}
 		return next(ctx, r)
 	}
+}
+
+// WrapRecord is Wrap for the public package's Process (what Options installs).
+func (c *Chaos) WrapRecord(next gapless.ProcessFunc) gapless.ProcessFunc {
+	return func(ctx context.Context, r gapless.Record) error {
+		if err := c.before(ctx, r.ID(), r.Data); err != nil {
+			return err
+		}
+		return next(ctx, r)
+	}
+}
+
+func (c *Chaos) before(ctx context.Context, id string, data []byte) error {
+	if err := c.Before(ctx, Name(data, id), data); err != nil {
+		return fmt.Errorf("record %s: %w", id, err)
+	}
+	return nil
 }
 
 // Before decides the fate of one attempt at the record called name with payload data: for a

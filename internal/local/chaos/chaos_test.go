@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gapless-dev/gapless"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
@@ -90,17 +91,21 @@ func TestFromEnv(t *testing.T) {
 		t.Fatalf("FromEnv = %+v, %v", c, err)
 	}
 
-	if opts, err := WireOptions(env("")); len(opts) != 0 || err != nil {
-		t.Fatalf("WireOptions unset: %d options, %v; want none", len(opts), err)
+	if opts, err := Options(env("")); len(opts) != 0 || err != nil {
+		t.Fatalf("Options unset: %d options, %v; want none", len(opts), err)
 	}
-	if _, err := WireOptions(env("transient=lots")); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvVar) {
-		t.Fatalf("WireOptions bad value: err = %v, want ErrConfig naming %s", err, EnvVar)
+	if _, err := Options(env("transient=lots")); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvVar) {
+		t.Fatalf("Options bad value: err = %v, want ErrConfig naming %s", err, EnvVar)
 	}
-	if opts, err := WireOptions(env("seed=1")); len(opts) != 1 || err != nil {
-		t.Fatalf("WireOptions on: %d options, %v; want one", len(opts), err)
+	if opts, err := Options(env("seed=1")); len(opts) != 1 || err != nil {
+		t.Fatalf("Options on: %d options, %v; want one", len(opts), err)
 	}
 	base := func(context.Context, pipeline.Record) error { return nil }
 	poison := pipeline.Record{ID: recordid.ID{ShardID: "shardId-000000000000", Seq: "1"}, Data: []byte(`{"id":"p","poison":true}`)}
+	pub := gapless.Record{ShardID: "shardId-000000000000", SequenceNumber: "1", Data: poison.Data}
+	if err := c.WrapRecord(func(context.Context, gapless.Record) error { return nil })(context.Background(), pub); !errors.Is(err, ErrPoison) || !strings.Contains(err.Error(), pub.ID()) {
+		t.Fatalf("public Process, poison record: error = %v, want ErrPoison naming %s", err, pub.ID())
+	}
 	if err := c.Wrap(base)(context.Background(), poison); !errors.Is(err, ErrPoison) {
 		t.Fatalf("chaos on: poison record error = %v, want ErrPoison", err)
 	}

@@ -35,7 +35,7 @@ type bootstraps struct {
 var functionMains = map[string]string{"consumer": "functions/consumer", "reconciler": "functions/reconciler"}
 
 // mainsApplyChaos reports whether both function mains exist and link internal/local/chaos (their
-// Process is wrapped by chaos.WireOptions when built with -tags gapless_chaos, as the demo builds
+// Process is wrapped by chaos.Options when built with -tags gapless_chaos, as the demo builds
 // them): without it the demo cannot inject faults inside them. It asks `go list -deps` with that
 // tag, so how a main reaches the package does not matter. missing is true when a main does not exist at all.
 func mainsApplyChaos(ctx context.Context, root string) (ok, missing bool, why string) {

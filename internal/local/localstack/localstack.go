@@ -63,19 +63,21 @@ type Options struct {
 	Timeout  time.Duration   // readiness timeout per service; 60s when zero
 }
 
-// FindRoot walks up from the working directory to the directory holding go.mod.
+// FindRoot walks up from the working directory to the repository root: the directory whose
+// go.mod declares gapless's module (ModulePath). The example modules under examples/ have go.mod
+// files of their own, which it passes by.
 func FindRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if isRoot(dir) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("localstack: no go.mod above the working directory")
+			return "", errors.New("localstack: no go.mod of " + ModulePath + " above the working directory")
 		}
 		dir = parent
 	}

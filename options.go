@@ -1,0 +1,98 @@
+package gapless
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/wire"
+)
+
+// An Option configures StartConsumer, NewConsumer, StartReconciler and NewReconciler.
+type Option func(*options)
+
+// options is every setting in one place; each Option sets one field. (Later forms of the
+// business logic, a batch Process for instance, are one more field and one more Option here.)
+type options struct {
+	getenv   func(string) string
+	output   io.Writer
+	logger   *slog.Logger
+	metrics  io.Writer
+	aws      *aws.Config
+	wrappers []func(ProcessFunc) ProcessFunc
+}
+
+func newOptions(opts []Option) options {
+	o := options{getenv: os.Getenv, output: os.Stdout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithLogger sets the logger. The default writes JSON lines to WithOutput's writer at the level
+// of AWS_LAMBDA_LOG_LEVEL (INFO when unset), each with the invocation's request_id.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithOutput sets where the default logger and the metric lines go (default os.Stdout, which
+// Lambda sends to CloudWatch Logs, where the Embedded Metric Format lines become metrics).
+func WithOutput(w io.Writer) Option { return func(o *options) { o.output = w } }
+
+// WithMetricsWriter sends the CloudWatch Embedded Metric Format lines (namespace Gapless,
+// dimension Group) to w instead of WithOutput's writer.
+func WithMetricsWriter(w io.Writer) Option { return func(o *options) { o.metrics = w } }
+
+// WithAWSConfig builds every AWS client (DynamoDB, SQS, S3, Kinesis) from cfg instead of the
+// SDK's default configuration: your credentials, region, retryer, HTTP client or middleware.
+func WithAWSConfig(cfg aws.Config) Option { return func(o *options) { o.aws = &cfg } }
+
+// WithGetenv reads the configuration through getenv instead of os.Getenv (tests).
+func WithGetenv(getenv func(string) string) Option { return func(o *options) { o.getenv = getenv } }
+
+// WithProcessWrapper puts middleware around the Process (yours or the default one): wrap
+// receives the Process and returns the one the pipeline calls. With several, the last given is
+// the outermost.
+func WithProcessWrapper(wrap func(ProcessFunc) ProcessFunc) Option {
+	return func(o *options) { o.wrappers = append(o.wrappers, wrap) }
+}
+
+// build wires the pipeline (internal/wire) for cfg around p (nil: the default Process).
+func (o options) build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration, p ProcessFunc) (wire.Parts, error) {
+	var w []wire.Option
+	if p != nil {
+		w = append(w, wire.WithProcess(internal(p)))
+	}
+	if len(o.wrappers) > 0 {
+		w = append(w, wire.WithProcessWrapper(func(next pipeline.ProcessFunc) pipeline.ProcessFunc {
+			pub := public(next)
+			for _, wrap := range o.wrappers {
+				pub = wrap(pub)
+			}
+			return internal(pub)
+		}))
+	}
+	if o.aws != nil {
+		w = append(w, wire.WithAWSConfig(*o.aws))
+	}
+	if o.logger != nil {
+		w = append(w, wire.WithLogger(o.logger))
+	}
+	if o.metrics != nil {
+		w = append(w, wire.WithMetricsWriter(o.metrics))
+	}
+	return wire.Build(ctx, cfg, deadlineMargin, o.getenv, o.output, w...)
+}
+
+// loadOptions: a Process of your own does not need TARGET_QUEUE_URL.
+func loadOptions(p ProcessFunc) []config.LoadOption {
+	if p != nil {
+		return []config.LoadOption{config.OwnProcess()}
+	}
+	return nil
+}

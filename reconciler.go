@@ -1,0 +1,76 @@
+package gapless
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/reconcile"
+)
+
+// Reconciler is the function that proves nothing behind the checkpoint was skipped: an
+// EventBridge schedule starts a pass over every shard of the stream, replaying gaps through the
+// Process, and the event-source mapping's on-failure SQS queue (FunctionResponseTypes:
+// ReportBatchItemFailures) names ranges to replay.
+type Reconciler struct {
+	h *reconcile.Handler
+}
+
+// NewReconciler reads and validates the reconciler's configuration (an error wraps
+// ErrInvalidConfig and names every bad variable), builds the clients and the pipeline around p
+// (nil: the default Process; give it the consumer's), and returns the handler.
+func NewReconciler(ctx context.Context, p ProcessFunc, opts ...Option) (*Reconciler, error) {
+	o := newOptions(opts)
+	cfg, err := config.LoadReconciler(o.getenv, loadOptions(p)...)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := o.build(ctx, cfg.Common, config.DefaultDeadlineMargin, p)
+	if err != nil {
+		return nil, err
+	}
+	r, err := reconcile.New(kinesis.NewFromConfig(parts.AWS), parts.Checkpoints, parts.Pipeline,
+		reconcile.Config{Group: cfg.Group, Stream: cfg.StreamName, StreamARN: cfg.StreamARN, SettleAfter: cfg.SettleAfter,
+			MaxRecordAge: cfg.MaxRecordAge},
+		reconcile.WithLogger(parts.Logger))
+	if err != nil {
+		return nil, err
+	}
+	ageSeconds := int64(-1) // unlimited
+	if cfg.MaxRecordAge > 0 {
+		ageSeconds = int64(cfg.MaxRecordAge / time.Second)
+	}
+	parts.Logger.Info("records past the checkpoint mirror are verified once older than tail_after",
+		"group", cfg.Group, "tail_after", reconcile.TailAfter(cfg.MaxRecordAge, cfg.SettleAfter).String(),
+		"maximum_record_age_seconds", ageSeconds, "unlimited_age_capped_at", reconcile.TailAgeCap.String())
+	// The failure queue's untried messages go back to it (the record's eventSourceARN names it).
+	return &Reconciler{h: reconcile.NewHandler(r, parts.Metrics, parts.Logger, reconcile.WithRelease(sqs.NewFromConfig(parts.AWS)))}, nil
+}
+
+// Handle is what StartReconciler registers. An SQS event (the on-failure queue) is answered
+// with an events.SQSEventResponse naming the messages to retry; any other event (an EventBridge
+// scheduled event, or {} from a manual invoke) runs a scheduled pass and is answered with its
+// summary, a JSON object of counts (recordsVerified, gapsDetected, gapsReplayed, parked,
+// lostToRetention, ...).
+func (r *Reconciler) Handle(ctx context.Context, event json.RawMessage) (any, error) {
+	return r.h.Handle(ctx, event)
+}
+
+// StartReconciler is the reconciler function's main: NewReconciler with os.Getenv, then
+// lambda.Start. A configuration error is printed to standard error and the process exits with
+// status 1.
+func StartReconciler(p ProcessFunc, opts ...Option) {
+	r, err := NewReconciler(context.Background(), p, opts...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gapless reconciler: cold start failed: %v\n", err)
+		os.Exit(1)
+	}
+	lambda.Start(r.Handle)
+}
