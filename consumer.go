@@ -25,7 +25,7 @@ type Consumer struct {
 // handler. ctx is used only while building.
 func NewConsumer(ctx context.Context, p ProcessFunc, opts ...Option) (*Consumer, error) {
 	o := newOptions(opts)
-	cfg, err := config.LoadConsumer(o.getenv, loadOptions(p)...)
+	cfg, err := config.LoadConsumer(o.getenv, o.loadOptions(p)...)
 	if err != nil {
 		return nil, err
 	}

@@ -78,6 +78,11 @@
 // WithAWSConfig passes your own SDK configuration (credentials, retryer, HTTP client);
 // WithProcessWrapper puts middleware around the Process; WithGetenv replaces os.Getenv.
 //
+// WithBatchProcess gives the business logic in batch form (BatchProcessFunc): waves of at most
+// one record per partition key, one outcome per record, for a sink that writes many records in
+// one request. The default Process is the SQS bridge in that form (SendMessageBatch, up to 10
+// messages a request); WithBatchWrapper puts middleware around a batch form.
+//
 // # Compatibility
 //
 // This package is the API of the module github.com/gapless-dev/gapless and follows semantic

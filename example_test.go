@@ -122,3 +122,39 @@ func ExampleRecord_ID() {
 	fmt.Println(r.ID())
 	// Output: shardId-000000000003:49590338271490256608559692538361571095921575989136588818:0
 }
+
+// A batch Process gets waves of records, at most one per partition key, and answers one outcome
+// per record: here one request writes the whole wave, and a record the sink refuses is
+// redelivered (and parked after MAX_RECORD_ATTEMPTS) like a failing ProcessFunc's.
+func ExampleWithBatchProcess() {
+	st := newStack()
+	write := func(ctx context.Context, recs []gapless.Record) []error {
+		errs := make([]error, len(recs))
+		for i, r := range recs {
+			if string(r.Data) == "order-2" {
+				errs[i] = errors.New("refused by the warehouse")
+				continue
+			}
+			fmt.Printf("wave of %d: wrote %s\n", len(recs), r.Data)
+		}
+		return errs
+	}
+	c, err := gapless.NewConsumer(context.Background(), nil, gapless.WithBatchProcess(write, 25),
+		gapless.WithGetenv(st.getenv), gapless.WithOutput(io.Discard))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ev := st.put("order-1", "order-2", "order-3") // one partition key: one record per wave
+	resp, err := c.HandleJSON(context.Background(), raw(ev))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, f := range resp.BatchItemFailures {
+		fmt.Println("redeliver from order-2:", f.ItemIdentifier == ev.Records[1].Kinesis.SequenceNumber)
+	}
+	// Output:
+	// wave of 1: wrote order-1
+	// redeliver from order-2: true
+}

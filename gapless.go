@@ -57,6 +57,35 @@ func public(p pipeline.ProcessFunc) ProcessFunc {
 	return func(ctx context.Context, r Record) error { return p(ctx, toPipeline(r)) }
 }
 
+// BatchProcessFunc is the batch form of ProcessFunc (WithBatchProcess): it gets a wave of records
+// and returns one outcome per record, in the same order (nil: done; an error: that record
+// failed, as a ProcessFunc error). A slice of another length, or a panic, fails every record of
+// the wave. The contract of ProcessFunc holds per record: return nil only once the record's
+// effect is durable, and be idempotent.
+type BatchProcessFunc func(ctx context.Context, recs []Record) []error
+
+// publicBatch turns the pipeline's batch form into a BatchProcessFunc.
+func publicBatch(b pipeline.BatchFunc) BatchProcessFunc {
+	return func(ctx context.Context, recs []Record) []error {
+		in := make([]pipeline.Record, len(recs))
+		for i, r := range recs {
+			in[i] = toPipeline(r)
+		}
+		return b(ctx, in)
+	}
+}
+
+// internalBatch turns a BatchProcessFunc into the pipeline's batch form.
+func internalBatch(b BatchProcessFunc) pipeline.BatchFunc {
+	return func(ctx context.Context, recs []pipeline.Record) []error {
+		in := make([]Record, len(recs))
+		for i, r := range recs {
+			in[i] = fromPipeline(r)
+		}
+		return b(ctx, in)
+	}
+}
+
 // internal turns a ProcessFunc into the pipeline's Process.
 func internal(p ProcessFunc) pipeline.ProcessFunc {
 	return func(ctx context.Context, r pipeline.Record) error { return p(ctx, fromPipeline(r)) }

@@ -186,3 +186,44 @@ func TestDefaultProcessWrapped(t *testing.T) {
 		t.Fatalf("response %+v, err %v, wrapper saw %d records", resp, err, seen.Load())
 	}
 }
+
+// TestBatchWrapperKeepsTheDefaultBatched: with a batch wrapper beside the Process wrapper (as the
+// demo's fault injection gives both), the default bridge still runs in batch form and the
+// batch wrapper sees its waves; with a Process wrapper alone it runs record by record.
+func TestBatchWrapperKeepsTheDefaultBatched(t *testing.T) {
+	st := newStack()
+	st.env["TARGET_QUEUE_URL"] = st.env["PARKED_QUEUE_URL"]
+	var perRecord, waves atomic.Int64
+	rec := gapless.WithProcessWrapper(func(next gapless.ProcessFunc) gapless.ProcessFunc {
+		return func(ctx context.Context, r gapless.Record) error { perRecord.Add(1); return next(ctx, r) }
+	})
+	batch := gapless.WithBatchWrapper(func(next gapless.BatchProcessFunc) gapless.BatchProcessFunc {
+		return func(ctx context.Context, recs []gapless.Record) []error { waves.Add(1); return next(ctx, recs) }
+	})
+	for _, tt := range []struct {
+		name                string
+		opts                []gapless.Option
+		wantRecord, wantWav int64
+	}{
+		{"process wrapper alone: per record", []gapless.Option{rec}, 1, 0},
+		{"both wrappers: batched", []gapless.Option{rec, batch}, 0, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			perRecord.Store(0)
+			waves.Store(0)
+			opts := append([]gapless.Option{gapless.WithGetenv(st.getenv), gapless.WithOutput(&bytes.Buffer{})}, tt.opts...)
+			c, err := gapless.NewConsumer(context.Background(), nil, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := c.Handle(context.Background(), st.put("x-"+tt.name))
+			if err != nil || len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("response %+v, err %v", resp, err)
+			}
+			if perRecord.Load() != tt.wantRecord || waves.Load() != tt.wantWav {
+				t.Fatalf("process wrapper saw %d records, batch wrapper %d waves; want %d and %d",
+					perRecord.Load(), waves.Load(), tt.wantRecord, tt.wantWav)
+			}
+		})
+	}
+}

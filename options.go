@@ -26,6 +26,9 @@ type options struct {
 	metrics  io.Writer
 	aws      *aws.Config
 	wrappers []func(ProcessFunc) ProcessFunc
+	batch    BatchProcessFunc
+	chunk    int
+	bwraps   []func(BatchProcessFunc) BatchProcessFunc
 }
 
 func newOptions(opts []Option) options {
@@ -62,6 +65,24 @@ func WithProcessWrapper(wrap func(ProcessFunc) ProcessFunc) Option {
 	return func(o *options) { o.wrappers = append(o.wrappers, wrap) }
 }
 
+// WithBatchProcess makes the functions call b with waves of records instead of a Process per
+// record; the Process given to StartConsumer or StartReconciler is then not called (pass nil).
+// A wave holds at most one record per partition key, so its records may be written in any
+// order or in one request; the next record of a key comes in a later wave, after its
+// predecessor succeeded. chunk is b's natural request size (10 for SQS SendMessageBatch, 25 for
+// DynamoDB BatchWriteItem): when more records are ready, a wave takes a multiple of it. The
+// default Process is already the batch form of the SQS bridge (SendMessageBatch).
+func WithBatchProcess(b BatchProcessFunc, chunk int) Option {
+	return func(o *options) { o.batch, o.chunk = b, chunk }
+}
+
+// WithBatchWrapper puts middleware around the batch form (WithBatchProcess's or the default
+// bridge's), as WithProcessWrapper does around a Process. Give both to wrap whichever form runs:
+// with a Process wrapper alone, the default bridge sends record by record.
+func WithBatchWrapper(wrap func(BatchProcessFunc) BatchProcessFunc) Option {
+	return func(o *options) { o.bwraps = append(o.bwraps, wrap) }
+}
+
 // build wires the pipeline (internal/wire) for cfg around p (nil: the default Process).
 func (o options) build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration, p ProcessFunc) (wire.Parts, error) {
 	var w []wire.Option
@@ -77,6 +98,18 @@ func (o options) build(ctx context.Context, cfg config.Common, deadlineMargin ti
 			return internal(pub)
 		}))
 	}
+	if o.batch != nil {
+		w = append(w, wire.WithBatchProcess(internalBatch(o.batch), o.chunk))
+	}
+	if len(o.bwraps) > 0 {
+		w = append(w, wire.WithBatchWrapper(func(next pipeline.BatchFunc) pipeline.BatchFunc {
+			pub := publicBatch(next)
+			for _, wrap := range o.bwraps {
+				pub = wrap(pub)
+			}
+			return internalBatch(pub)
+		}))
+	}
 	if o.aws != nil {
 		w = append(w, wire.WithAWSConfig(*o.aws))
 	}
@@ -89,9 +122,9 @@ func (o options) build(ctx context.Context, cfg config.Common, deadlineMargin ti
 	return wire.Build(ctx, cfg, deadlineMargin, o.getenv, o.output, w...)
 }
 
-// loadOptions: a Process of your own does not need TARGET_QUEUE_URL.
-func loadOptions(p ProcessFunc) []config.LoadOption {
-	if p != nil {
+// loadOptions: a Process of your own (or a batch form) does not need TARGET_QUEUE_URL.
+func (o options) loadOptions(p ProcessFunc) []config.LoadOption {
+	if p != nil || o.batch != nil {
 		return []config.LoadOption{config.OwnProcess()}
 	}
 	return nil

@@ -28,7 +28,7 @@ type Reconciler struct {
 // (nil: the default Process; give it the consumer's), and returns the handler.
 func NewReconciler(ctx context.Context, p ProcessFunc, opts ...Option) (*Reconciler, error) {
 	o := newOptions(opts)
-	cfg, err := config.LoadReconciler(o.getenv, loadOptions(p)...)
+	cfg, err := config.LoadReconciler(o.getenv, o.loadOptions(p)...)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,23 @@ type options struct {
 	metrics io.Writer
 	// perRecord: the default bridge sends one SendMessage per record (WithPerRecordBridge).
 	perRecord bool
+	batch     pipeline.BatchFunc
+	chunk     int
+	batchWrap func(pipeline.BatchFunc) pipeline.BatchFunc
+}
+
+// WithBatchProcess sets the business logic in batch form: the pipeline hands f waves of at most
+// one record per partition key (pipeline.WithBatchSink; chunk is its natural request size)
+// instead of calling a Process per record.
+func WithBatchProcess(f pipeline.BatchFunc, chunk int) Option {
+	return func(o *options) { o.batch, o.chunk = f, chunk }
+}
+
+// WithBatchWrapper wraps the batch form (the default bridge's or WithBatchProcess's) before the
+// pipeline gets it. Given together with WithProcessWrapper, the default bridge stays batched:
+// fault injection in the demo's builds gives both, so the demo runs the default as deployed.
+func WithBatchWrapper(wrap func(pipeline.BatchFunc) pipeline.BatchFunc) Option {
+	return func(o *options) { o.batchWrap = wrap }
 }
 
 // WithPerRecordBridge makes the default bridge send one SendMessage per record (process.New)

@@ -107,11 +107,20 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 	return Parts{AWS: awsCfg, Logger: logger, Metrics: emf, Checkpoints: cps, Pipeline: p}, nil
 }
 
-// batchSink is the default bridge in batch form, unless per-record sending was asked for or the
-// Process is not the default one (WithProcess, WithProcessWrapper).
+// batchSink is the batch form of the business logic: WithBatchProcess's, or the default bridge
+// in batch form unless per-record sending was asked for or the Process is not the default one
+// (WithProcess, or WithProcessWrapper without a WithBatchWrapper). WithBatchWrapper wraps it.
 func batchSink(o options, client *sqs.Client, objects *s3.Client, cfg config.Common) pipeline.Option {
-	if o.process != nil || o.wrap != nil || o.perRecord {
-		return func(*pipeline.Pipeline) {}
+	sink, chunk := o.batch, o.chunk
+	if sink == nil {
+		chunk = process.MaxBatchEntries
+		if o.process != nil || o.perRecord || (o.wrap != nil && o.batchWrap == nil) {
+			return func(*pipeline.Pipeline) {}
+		}
+		sink = process.NewBatch(client, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket))
 	}
-	return pipeline.WithBatchSink(process.NewBatch(client, cfg.TargetQueueURL, process.WithPayloadBucket(objects, cfg.PayloadBucket)), process.MaxBatchEntries)
+	if o.batchWrap != nil {
+		sink = o.batchWrap(sink)
+	}
+	return pipeline.WithBatchSink(sink, chunk)
 }
