@@ -41,5 +41,5 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*con
 		return nil, err
 	}
 	return consumer.NewHandler(parts.Pipeline, cfg.Group, parts.Logger,
-		consumer.WithMetrics(parts.Metrics), consumer.WithLogPayloads(cfg.LogPayloads), consumer.WithStream(cfg.StreamName)), nil
+		consumer.WithMetrics(parts.Metrics), consumer.WithLogPayloads(cfg.LogPayloads), consumer.WithStream(cfg.StreamName), consumer.WithFilter(cfg.RecordFilter)), nil
 }

@@ -47,7 +47,7 @@ func setup(ctx context.Context, getenv func(string) string, out io.Writer) (*rec
 	}
 	r, err := reconcile.New(kinesis.NewFromConfig(parts.AWS), parts.Checkpoints, parts.Pipeline,
 		reconcile.Config{Group: cfg.Group, Stream: cfg.StreamName, StreamARN: cfg.StreamARN, SettleAfter: cfg.SettleAfter,
-			MaxRecordAge: cfg.MaxRecordAge},
+			MaxRecordAge: cfg.MaxRecordAge, Filter: cfg.RecordFilter},
 		reconcile.WithLogger(parts.Logger))
 	if err != nil {
 		return nil, err
