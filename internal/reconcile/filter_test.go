@@ -1,0 +1,88 @@
+package reconcile
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gapless-dev/gapless/internal/filter"
+	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
+)
+
+// keepBelow4 keeps the fake records {"n": 0..3} and drops the others.
+var keepBelow4 = filter.MustParse(`{"data": {"n": [{"numeric": ["<", 4]}]}}`)
+
+// TestFilteredRecordsAreAccountedFor: records the record filter drops (the mapping never sent
+// them) are neither gaps nor replayed, whole pages of them included; they are counted, and the
+// watermark passes them. The same holds for a failure-queue range and for status.
+func TestFilteredRecordsAreAccountedFor(t *testing.T) {
+	ctx := context.Background()
+	newShard := func() *memShard { return (&memShard{id: "shardId-0"}).addRecords(0, 12, time.Now(), key3) }
+
+	t.Run("scheduled pass", func(t *testing.T) {
+		sh := newShard()
+		u := newUnit(t, newMemKinesis(sh), Config{Filter: keepBelow4}) // PageLimit 4: pages 4-7 and 8-11 are all filtered
+		u.cps.set(ushard(sh.id), fakeSeq(11), "")
+		rep, err := u.r.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.GapsDetected != 4 || rep.GapsReplayed != 4 || rep.Filtered != 8 {
+			t.Errorf("gaps %d replayed %d filtered %d, want 4, 4, 8", rep.GapsDetected, rep.GapsReplayed, rep.Filtered)
+		}
+		checkOnce(t, "replayed", u.rec.counts(), fakeIDs(sh.id, 0, 3))
+		if st := u.cps.state(sh.id); st.Watermark != fakeSeq(11) || st.Filtered != 8 || st.GapsDetected != 4 {
+			t.Errorf("state: watermark %s filtered %d gaps %d; want %s, 8, 4", st.Watermark, st.Filtered, st.GapsDetected, fakeSeq(11))
+		}
+		if s := rep.ShardReport(); s.Filtered != 8 {
+			t.Errorf("summed shard report filtered %d, want 8", s.Filtered)
+		}
+	})
+
+	t.Run("without the filter every record is a gap", func(t *testing.T) {
+		sh := newShard()
+		u := newUnit(t, newMemKinesis(sh), Config{})
+		u.cps.set(ushard(sh.id), fakeSeq(11), "")
+		rep, err := u.r.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.GapsReplayed != 12 || rep.Filtered != 0 {
+			t.Errorf("replayed %d filtered %d, want 12 and 0", rep.GapsReplayed, rep.Filtered)
+		}
+	})
+
+	t.Run("failure-queue range", func(t *testing.T) {
+		sh := newShard()
+		u := newUnit(t, newMemKinesis(sh), Config{Filter: keepBelow4})
+		rep, err := u.r.ReplayRange(ctx, sh.id, fakeSeq(2), fakeSeq(9))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Accounted || rep.GapsReplayed != 2 || rep.Filtered != 6 {
+			t.Errorf("accounted %v replayed %d filtered %d, want true, 2, 6", rep.Accounted, rep.GapsReplayed, rep.Filtered)
+		}
+		checkOnce(t, "replayed", u.rec.counts(), fakeIDs(sh.id, 2, 3))
+	})
+
+	t.Run("status", func(t *testing.T) {
+		sh := newShard()
+		cps := newMemCheckpoints()
+		cps.set(ushard(sh.id), fakeSeq(11), "")
+		cps.get(ushard(sh.id)).Filtered = 5
+		ledger := &pipelinetest.Ledger{}
+		now := time.Now().Add(time.Hour)
+		st, err := Status(ctx, newMemKinesis(sh), cps, ledger, StatusConfig{Group: ugroup, Stream: ustream, Filter: keepBelow4,
+			Now: func() time.Time { return now }, ReadInterval: time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Shards) != 1 {
+			t.Fatalf("status %+v", st)
+		}
+		s := st.Shards[0]
+		if s.Gaps != 4 || s.Filtered != 8 || s.LagRecords != 12 || s.FilteredTotal != 5 {
+			t.Errorf("status gaps %d filtered %d lag %d filtered_total %d, want 4, 8, 12, 5", s.Gaps, s.Filtered, s.LagRecords, s.FilteredTotal)
+		}
+	})
+}
