@@ -104,10 +104,10 @@ func (h *Handler) Handle(ctx context.Context, ev events.KinesisEvent) (events.Ki
 
 func (h *Handler) handle(ctx context.Context, recs []inRecord) (events.KinesisEventResponse, error) {
 	start := time.Now()
-	recs = h.unfiltered(ctx, recs)
 	pl := buildPlan(h.group, h.stream, recs)
 	b := &pl.batch
 	log := h.log.With("group", h.group, "stream", b.Shard.Stream, "shard_id", b.Shard.ShardID)
+	b.Records = h.unfiltered(ctx, log, b.Records)
 	if len(recs) == 0 {
 		log.InfoContext(ctx, "empty event: nothing to do")
 		return events.KinesisEventResponse{}, nil

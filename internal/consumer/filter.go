@@ -2,9 +2,11 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/metrics"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 )
 
 // MetricRecordsFiltered counts records the consumer received although the record filter drops
@@ -19,29 +21,28 @@ const MetricRecordsFiltered = "RecordsFiltered"
 // Such a record is reported successful to Lambda, as Lambda's own filtering would have done.
 func WithFilter(f *filter.Filter) Option { return func(h *Handler) { h.filter = f } }
 
-// unfiltered returns the records of an event the filter keeps. It looks at each Kinesis record's
-// data as delivered, like Lambda (an aggregate is kept or dropped whole), and always keeps a
-// record it cannot read (its data not base64, or not a record at all): those are reported as
-// malformed or rejected by the rest of the handler.
-func (h *Handler) unfiltered(ctx context.Context, recs []inRecord) []inRecord {
+// unfiltered returns the user records of a batch the filter keeps. Like the reconciler it judges
+// user records, after KPL de-aggregation (see reconcile's unfiltered for why), and keeps every
+// record it could not decode (DecodeErr): those fail and are parked as usual.
+func (h *Handler) unfiltered(ctx context.Context, log *slog.Logger, recs []pipeline.Record) []pipeline.Record {
 	if !h.filter.Active() {
 		return recs
 	}
-	kept := make([]inRecord, 0, len(recs))
-	var dropped []string
+	kept := make([]pipeline.Record, 0, len(recs))
+	var dropped []pipeline.Record
 	for _, r := range recs {
-		if r.dataErr != nil || r.formErr != nil || h.filter.Keep(r.data) {
+		if r.DecodeErr != nil || h.filter.Keep(r.Data) {
 			kept = append(kept, r)
 			continue
 		}
-		dropped = append(dropped, r.seq)
+		dropped = append(dropped, r)
 	}
 	if len(dropped) > 0 {
-		h.log.WarnContext(ctx, "records the record filter drops reached the function: not processed (is the mapping's FilterCriteria the RECORD_FILTER pattern?)",
-			"group", h.group, "filtered", len(dropped), "sequence_number", dropped[0], "last_sequence_number", dropped[len(dropped)-1], "metric", MetricRecordsFiltered)
+		log.WarnContext(ctx, "records the record filter drops reached the function: not processed (is the mapping's FilterCriteria the RECORD_FILTER pattern?)",
+			"filtered", len(dropped), "sequence_number", dropped[0].ID.Seq, "last_sequence_number", dropped[len(dropped)-1].ID.Seq, "metric", MetricRecordsFiltered)
 		if h.metrics != nil {
 			if err := h.metrics.Emit(metrics.Metric{Name: MetricRecordsFiltered, Value: float64(len(dropped))}); err != nil {
-				h.log.WarnContext(ctx, "metrics not written", "error", err)
+				log.WarnContext(ctx, "metrics not written", "error", err)
 			}
 		}
 	}

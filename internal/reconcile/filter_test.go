@@ -5,8 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
 	"github.com/gapless-dev/gapless/internal/filter"
+	"github.com/gapless-dev/gapless/internal/kpl"
 	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
+	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
 // keepBelow4 keeps the fake records {"n": 0..3} and drops the others.
@@ -85,4 +90,37 @@ func TestFilteredRecordsAreAccountedFor(t *testing.T) {
 			t.Errorf("status gaps %d filtered %d lag %d filtered_total %d, want 4, 8, 12, 5", s.Gaps, s.Filtered, s.LagRecords, s.FilteredTotal)
 		}
 	})
+}
+
+// TestFilterJudgesUserRecordsOfAnAggregate: the filter judges the user records of a KPL
+// aggregate one by one (as Lambda does with enhanced fan-out): a user record the pattern keeps
+// is replayed when the ledger lacks it, whatever happened to its siblings, and only the others
+// count as filtered. Judging the aggregate whole (not JSON, so dropped) would count the kept
+// user record as filtered and never replay it.
+func TestFilterJudgesUserRecordsOfAnAggregate(t *testing.T) {
+	agg, err := kpl.Aggregate([]kpl.UserRecord{
+		{PartitionKey: "a", Data: []byte(`{"n":1}`)},
+		{PartitionKey: "b", Data: []byte(`{"n":9}`)},
+		{PartitionKey: "c", Data: []byte(`{"n":2}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &memShard{id: "shardId-0"}
+	sh.recs = append(sh.recs, kintypes.Record{SequenceNumber: aws.String(fakeSeq(0)), PartitionKey: aws.String("a"),
+		Data: agg, ApproximateArrivalTimestamp: aws.Time(time.Now())})
+	u := newUnit(t, newMemKinesis(sh), Config{Filter: keepBelow4})
+	u.cps.set(ushard(sh.id), fakeSeq(0), "")
+	rep, err := u.r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.GapsReplayed != 2 || rep.Filtered != 1 {
+		t.Errorf("replayed %d filtered %d, want 2 and 1", rep.GapsReplayed, rep.Filtered)
+	}
+	checkOnce(t, "replayed", u.rec.counts(), []recordid.ID{
+		{ShardID: sh.id, Seq: fakeSeq(0), Sub: 0}, {ShardID: sh.id, Seq: fakeSeq(0), Sub: 2}})
+	if st := u.cps.state(sh.id); st.Watermark != fakeSeq(0) {
+		t.Errorf("watermark %s, want %s", st.Watermark, fakeSeq(0))
+	}
 }

@@ -866,7 +866,7 @@ func (r *Reconciler) addCounters(ctx context.Context, shard recordid.Shard, c *c
 // lowest sequence number still failing ("" if none).
 // tail says the page lies past the checkpoint mirror: its replays are counted TailReplayed too.
 func (r *Reconciler) replayPage(ctx context.Context, shard recordid.Shard, page []types.Record, rep *ShardReport, c *checkpoint.Counters, tail bool) (verifiedTo, failedSeq string, err error) {
-	batch := pipeline.Batch{Shard: shard, Records: UserRecords(shard.ShardID, r.unfiltered(page, rep, c)), Source: Source}
+	batch := pipeline.Batch{Shard: shard, Records: r.unfiltered(UserRecords(shard.ShardID, page), rep, c), Source: Source}
 	if len(batch.Records) == 0 { // every record of the page is one the filter drops
 		return aws.ToString(page[len(page)-1].SequenceNumber), "", nil
 	}

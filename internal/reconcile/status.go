@@ -204,10 +204,9 @@ func inspectShard(ctx context.Context, kin kinesisAPI, ledger LedgerReader, cfg 
 			if ss.LagSeconds == 0 && recs[0].ApproximateArrivalTimestamp != nil {
 				ss.LagSeconds = now.Sub(*recs[0].ApproximateArrivalTimestamp).Seconds()
 			}
-			kept, dropped := keepRecords(cfg.Filter, recs)
+			users, dropped := keepRecords(cfg.Filter, UserRecords(sh.id, recs))
 			ss.LagRecords += dropped
 			ss.Filtered += dropped
-			users := UserRecords(sh.id, kept)
 			if len(users) == 0 {
 				if stop || caughtUp || rd.ended {
 					return nil
