@@ -169,6 +169,7 @@ var (
 		config.EnvDedupeKey:         {"DedupeKey"},
 		config.EnvLedgerTTL:         {"LedgerTTL"},
 		config.EnvLogPayloads:       {"=false"},
+		config.EnvRecordFilter:      {"RecordFilter"}, // the mapping's FilterCriteria (filter_test.go)
 	}
 	wantEnv = map[string]map[string][]string{
 		"ConsumerFunction": with(commonEnv, map[string][]string{

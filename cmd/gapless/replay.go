@@ -27,6 +27,7 @@ type replayOutput struct {
 	StillFailing    int    `json:"still_failing"`
 	LostToRetention int    `json:"lost_to_retention"`
 	GetRecordsCalls int    `json:"get_records_calls"`
+	Filtered        int    `json:"filtered"` // records --filter drops: accounted for, not replayed
 }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,6 +35,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	shardID := fs.String("shard", "", "shard id, e.g. shardId-000000000000 (required)")
 	from := fs.String("from", "", "first sequence number of the range (required)")
 	to := fs.String("to", "", "last sequence number of the range, inclusive (required)")
+	recordFilter := filterFlag(fs)
 	setHelp(fs, "replay --shard S --from A --to B [flags]",
 		"Re-reads exactly the records A..B of shard S (GetShardIterator AT_SEQUENCE_NUMBER A) and runs\n"+
 			"those the ledger lacks through the same pipeline as the consumer: the default Process\n"+
@@ -44,6 +46,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *shardID == "" || *from == "" || *to == "" {
 		return usagef("--shard, --from and --to are required")
+	}
+	flt, err := recordFilter()
+	if err != nil {
+		return err
 	}
 	c, err := o.connect(ctx, fs, stderr, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue")
 	if err != nil {
@@ -56,7 +62,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	r, err := reconcile.New(c.kin, checkpoint.New(c.ddb, o.checkpointTable), p,
-		reconcile.Config{Group: o.group, Stream: o.stream, ReadInterval: reconcileCLIReadInterval},
+		reconcile.Config{Group: o.group, Stream: o.stream, ReadInterval: reconcileCLIReadInterval, Filter: flt},
 		reconcile.WithLogger(log), reconcile.WithProgress(func(pr reconcile.Progress) {
 			fmt.Fprintf(stderr, "replay %s: through %s, %d records verified, %d replayed\n", pr.ShardID, pr.LastSeq, pr.RecordsVerified, pr.GapsReplayed)
 		}))
@@ -66,7 +72,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	rep, err := r.ReplayRange(ctx, *shardID, *from, *to)
 	out := replayOutput{ShardID: *shardID, From: *from, To: *to, Accounted: rep.Accounted,
 		RecordsVerified: rep.RecordsVerified, GapsDetected: rep.GapsDetected, GapsReplayed: rep.GapsReplayed,
-		Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostSpans, GetRecordsCalls: rep.GetRecordsCalls}
+		Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostSpans, GetRecordsCalls: rep.GetRecordsCalls,
+		Filtered: rep.Filtered}
 	if o.jsonOut {
 		if jerr := writeJSON(stdout, out); jerr != nil {
 			return jerr

@@ -246,6 +246,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		*settle = v
 	}
 	maxRecords := fs.Int("max-records", 100000, "records read per shard at most (the lag beyond is shown as >=N)")
+	recordFilter := filterFlag(fs)
 	setHelp(fs, "status [flags]",
 		"Per shard of the stream: the checkpoint, the verified watermark, the lag, and the records\n"+
 			"between them that the ledger lacks (gaps), are in flight or parked; and the parked queue's\n"+
@@ -253,6 +254,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"those records up in the ledger. Read-only. With `. .local/stack.env` (after `make up`) every\n"+
 			"name comes from the environment and no flag is needed.")
 	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	flt, err := recordFilter()
+	if err != nil {
 		return err
 	}
 	c, err := o.connect(ctx, fs, stderr, "group", "stream", "checkpoint-table", "dedupe-table")
@@ -264,7 +269,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ledger := o.newLedger(c, cliLogger(stderr))
 	st, err := reconcile.Status(ctx, c.kin, checkpoint.New(c.ddb, o.checkpointTable), ledger,
-		reconcile.StatusConfig{Group: o.group, Stream: o.stream, SettleAfter: *settle, MaxRecords: *maxRecords})
+		reconcile.StatusConfig{Group: o.group, Stream: o.stream, SettleAfter: *settle, MaxRecords: *maxRecords, Filter: flt})
 	if err != nil {
 		return err
 	}

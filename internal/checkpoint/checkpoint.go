@@ -59,6 +59,7 @@ const (
 	attrParked           = "parked"
 	attrLostToRetention  = "lostToRetention"
 	attrLossTokens       = "lossTokens"
+	attrFiltered         = "filtered"
 )
 
 // dynamoAPI is the part of *dynamodb.Client the store uses.
@@ -118,6 +119,7 @@ type Counters struct {
 	GapsReplayed     int64
 	Parked           int64
 	LostToRetention  int64
+	Filtered         int64 // records the record filter drops, counted by the reconciler (not gaps)
 }
 
 // State is everything stored for one shard. Zero values mean "never set".
@@ -469,6 +471,7 @@ func (c *Counters) fields() []counterField {
 		{attrGapsReplayed, &c.GapsReplayed},
 		{attrParked, &c.Parked},
 		{attrLostToRetention, &c.LostToRetention},
+		{attrFiltered, &c.Filtered},
 	}
 }
 

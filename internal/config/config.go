@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
@@ -91,6 +92,10 @@ type Common struct {
 	DedupeKey         string // JSON field path (dot-separated); empty disables business-key dedupe
 	LedgerTTL         time.Duration
 	LogPayloads       bool
+	// RecordFilter (RECORD_FILTER) is the mapping's FilterCriteria pattern: the consumer never
+	// processes a record it drops and the reconciler counts such records as accounted for. nil
+	// (unset): no filter. See filter.go.
+	RecordFilter *filter.Filter
 }
 
 // Consumer is the consumer function's configuration.
@@ -216,6 +221,7 @@ func (p *parser) common() Common {
 		DedupeKey:         strings.TrimSpace(p.getenv(EnvDedupeKey)),
 		LedgerTTL:         p.duration(EnvLedgerTTL, DefaultLedgerTTL),
 		LogPayloads:       p.boolean(EnvLogPayloads, false),
+		RecordFilter:      p.recordFilter(),
 	}
 	if c.Group != "" {
 		if err := (recordid.Shard{Group: c.Group, Stream: "s", ShardID: "s"}).Validate(); err != nil {

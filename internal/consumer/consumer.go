@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/metrics"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 )
@@ -51,7 +52,8 @@ type Handler struct {
 	log         *slog.Logger
 	metrics     *metrics.Emitter
 	logPayloads bool
-	stream      string // STREAM_NAME, "" when not configured (see buildPlan)
+	stream      string         // STREAM_NAME, "" when not configured (see buildPlan)
+	filter      *filter.Filter // RECORD_FILTER (see WithFilter)
 }
 
 // Option configures a Handler.
@@ -105,6 +107,7 @@ func (h *Handler) handle(ctx context.Context, recs []inRecord) (events.KinesisEv
 	pl := buildPlan(h.group, h.stream, recs)
 	b := &pl.batch
 	log := h.log.With("group", h.group, "stream", b.Shard.Stream, "shard_id", b.Shard.ShardID)
+	b.Records = h.unfiltered(ctx, log, b.Records)
 	if len(recs) == 0 {
 		log.InfoContext(ctx, "empty event: nothing to do")
 		return events.KinesisEventResponse{}, nil

@@ -256,6 +256,7 @@ func (c *memCheckpoints) AddCounters(_ context.Context, shard recordid.Shard, n 
 	st.GapsReplayed += n.GapsReplayed
 	st.Parked += n.Parked
 	st.LostToRetention += n.LostToRetention
+	st.Filtered += n.Filtered
 	return nil
 }
 

@@ -82,6 +82,7 @@ type Summary struct {
 	Parked          int     `json:"parked"`
 	StillFailing    int     `json:"stillFailing"`
 	LostToRetention int     `json:"lostToRetention"`
+	Filtered        int     `json:"filtered,omitempty"` // records the record filter drops (not gaps)
 	VerifiedLagSec  float64 `json:"verifiedLagSeconds"`
 	ShardsDeferred  int     `json:"shardsDeferred"`
 	GetRecordsCalls int     `json:"getRecordsCalls"`
@@ -127,7 +128,7 @@ func (h *Handler) HandleSchedule(ctx context.Context) (Summary, error) {
 	sum := Summary{
 		RecordsVerified: rep.RecordsVerified, GapsDetected: rep.GapsDetected, GapsReplayed: rep.GapsReplayed,
 		TailReplayed: rep.TailReplayed, Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostToRetention,
-		VerifiedLagSec: rep.VerifiedLag.Seconds(), GetRecordsCalls: rep.GetRecordsCalls,
+		Filtered: rep.Filtered, VerifiedLagSec: rep.VerifiedLag.Seconds(), GetRecordsCalls: rep.GetRecordsCalls,
 	}
 	for _, s := range rep.Shards {
 		if s.Deferred {
@@ -268,6 +269,9 @@ func (h *Handler) emitReport(s ShardReport, lagSeconds float64) {
 		{Name: "RecordsParked", Value: float64(s.Parked), Unit: metrics.Count},
 		{Name: "LostToRetention", Value: float64(s.LostSpans), Unit: metrics.Count},
 	}
+	if s.Filtered > 0 { // only with a record filter
+		ms = append(ms, metrics.Metric{Name: "RecordsFiltered", Value: float64(s.Filtered), Unit: metrics.Count})
+	}
 	if lagSeconds >= 0 {
 		ms = append(ms, metrics.Metric{Name: "VerifiedLagSeconds", Value: lagSeconds, Unit: metrics.Seconds})
 	}
@@ -293,5 +297,6 @@ func (s *ShardReport) add(o ShardReport) {
 	s.Parked += o.Parked
 	s.StillFailing += o.StillFailing
 	s.LostSpans += o.LostSpans
+	s.Filtered += o.Filtered
 	s.GetRecordsCalls += o.GetRecordsCalls
 }

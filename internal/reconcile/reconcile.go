@@ -31,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/kpl"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -93,6 +94,9 @@ type Config struct {
 	// TailAgeCap, plus SettleAfter) are verified too: the mapping has given them up or
 	// processed them by then (docs/reconciler.md, "The tail past the checkpoint").
 	MaxRecordAge time.Duration
+	// Filter is the mapping's record filter (RECORD_FILTER): a record it drops never reached the
+	// consumer, so it counts as accounted for (Filtered), not as a gap. nil: no filter.
+	Filter *filter.Filter
 }
 
 // TailAgeCap bounds the age the mapping is trusted to still be working on a record past the
@@ -221,6 +225,7 @@ type ShardReport struct {
 	Parked       int // of those, parked by this run
 	StillFailing int // of those, failed again (retried by a later run)
 	LostSpans    int // spans that expired from the stream before they were verified
+	Filtered     int // records the record filter drops: accounted for without a replay
 	// OldestUnverified is the arrival time of the oldest record behind the checkpoint known not
 	// to be verified after this run (zero if none is known).
 	OldestUnverified time.Time
@@ -233,6 +238,7 @@ type Report struct {
 	RecordsVerified, GapsDetected, GapsReplayed, Parked, StillFailing int
 	TailReplayed                                                      int // the part of GapsReplayed past the checkpoint
 	LostToRetention                                                   int // lost spans
+	Filtered                                                          int // records the record filter drops
 	GetRecordsCalls                                                   int
 	// VerifiedLag is the age of the oldest record known not to be verified (0 when caught up).
 	VerifiedLag time.Duration
@@ -247,6 +253,7 @@ func (rep *Report) add(s ShardReport, now time.Time) {
 	rep.Parked += s.Parked
 	rep.StillFailing += s.StillFailing
 	rep.LostToRetention += s.LostSpans
+	rep.Filtered += s.Filtered
 	rep.GetRecordsCalls += s.GetRecordsCalls
 	if !s.OldestUnverified.IsZero() {
 		if lag := now.Sub(s.OldestUnverified); lag > rep.VerifiedLag {
@@ -862,7 +869,10 @@ func (r *Reconciler) addCounters(ctx context.Context, shard recordid.Shard, c *c
 // lowest sequence number still failing ("" if none).
 // tail says the page lies past the checkpoint mirror: its replays are counted TailReplayed too.
 func (r *Reconciler) replayPage(ctx context.Context, shard recordid.Shard, page []types.Record, rep *ShardReport, c *checkpoint.Counters, tail bool) (verifiedTo, failedSeq string, err error) {
-	batch := pipeline.Batch{Shard: shard, Records: UserRecords(shard.ShardID, page), Source: Source}
+	batch := pipeline.Batch{Shard: shard, Records: r.unfiltered(UserRecords(shard.ShardID, page), rep, c), Source: Source}
+	if len(batch.Records) == 0 { // every record of the page is one the filter drops
+		return aws.ToString(page[len(page)-1].SequenceNumber), "", nil
+	}
 	res, err := r.replay.Run(ctx, batch)
 	if err != nil {
 		return "", "", fmt.Errorf("reconcile: replay %s %s..%s: %w", shard.ShardID, aws.ToString(page[0].SequenceNumber), aws.ToString(page[len(page)-1].SequenceNumber), err)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -47,6 +48,9 @@ type StatusConfig struct {
 	ReadInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Filter is the record filter (RECORD_FILTER): records it drops are counted Filtered, not
+	// taken for gaps. nil: no filter.
+	Filter *filter.Filter
 }
 
 // ShardStatus is the verification state of one shard. Sequence numbers are strings.
@@ -62,6 +66,7 @@ type ShardStatus struct {
 	Gaps       int       `json:"gaps_pending"`         // of those, absent from the ledger and older than the settle window
 	InFlight   int       `json:"in_flight"`            // absent from the ledger, younger than the settle window
 	Parked     int       `json:"parked"`               // of those, parked (awaiting redrive)
+	Filtered   int       `json:"filtered"`             // of those, dropped by the record filter (accounted for)
 	Trimmed    bool      `json:"watermark_trimmed"`    // the watermark's record has expired from the stream
 	At         time.Time `json:"checkpoint_at,omitzero"`
 	VerifiedAt time.Time `json:"watermark_at,omitzero"`
@@ -70,6 +75,7 @@ type ShardStatus struct {
 	GapsReplayed    int64  `json:"gaps_replayed_total"`
 	ParkedTotal     int64  `json:"parked_total"`
 	LostToRetention int64  `json:"lost_to_retention_total"`
+	FilteredTotal   int64  `json:"filtered_total"` // records the reconciler found dropped by the record filter
 	Error           string `json:"error,omitempty"`
 
 	// In-flight markers at or after the checkpoint without an outcome: live (an invocation is
@@ -156,7 +162,7 @@ func newShardStatus(id string, parents []string, st checkpoint.State) ShardStatu
 		ShardID: id, Parents: parents, Checkpoint: st.Checkpoint, Watermark: st.Watermark,
 		At: st.CheckpointAt, VerifiedAt: st.WatermarkAt,
 		GapsDetected: st.GapsDetected, GapsReplayed: st.GapsReplayed, ParkedTotal: st.Parked,
-		LostToRetention: st.LostToRetention,
+		LostToRetention: st.LostToRetention, FilteredTotal: st.Filtered,
 	}
 }
 
@@ -198,7 +204,15 @@ func inspectShard(ctx context.Context, kin kinesisAPI, ledger LedgerReader, cfg 
 			if ss.LagSeconds == 0 && recs[0].ApproximateArrivalTimestamp != nil {
 				ss.LagSeconds = now.Sub(*recs[0].ApproximateArrivalTimestamp).Seconds()
 			}
-			users := UserRecords(sh.id, recs)
+			users, dropped := keepRecords(cfg.Filter, UserRecords(sh.id, recs))
+			ss.LagRecords += dropped
+			ss.Filtered += dropped
+			if len(users) == 0 {
+				if stop || caughtUp || rd.ended {
+					return nil
+				}
+				continue
+			}
 			view, err := ledger.Lookup(ctx, shard, users[0].ID.Seq, users[len(users)-1].ID.Seq)
 			if err != nil {
 				return fmt.Errorf("reconcile: ledger lookup %s: %w", shard, err)

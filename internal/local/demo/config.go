@@ -132,6 +132,10 @@ type Config struct {
 	// the chaos state and every process's memory row in report.md. Without it the report keeps
 	// what a reader needs (report.md, result.json, charts, timelines, function logs).
 	FullReport bool
+	// Filter is the record filter (template.yaml's RecordFilter): one Lambda FilterCriteria
+	// pattern on the record's data, put on every mapping and given to the gapless functions as
+	// RECORD_FILTER. Empty: none. See filter.go.
+	Filter string
 }
 
 // DefaultConfig is `make demo`: the seed's load test (4,500 records) over 4 shards with
@@ -244,6 +248,9 @@ func (c Config) Validate() error {
 		return bad("transient+panic+slow exceeds 1")
 	case f.Crash+f.Hang > 1:
 		return bad("crash+hang exceeds 1")
+	}
+	if _, err := c.recordFilter(); err != nil {
+		return err
 	}
 	if _, err := ParseVariants(strings.Join(c.Variants, ",")); err != nil {
 		return err

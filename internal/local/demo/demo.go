@@ -75,12 +75,15 @@ type Result struct {
 	// or parked; not in Lost. Exact: the retention proxy knows every record it trimmed.
 	LostToRetention int `json:"lost_to_retention"`
 	// Variants are the variants that ran, in order.
-	Variants            []string `json:"variants"`
-	GapsDetected        int      `json:"gaps_detected"`
-	GapsReplayed        int      `json:"gaps_replayed"`
-	DDBRequestsPerBatch float64  `json:"ddb_requests_per_batch"`
-	DDBWCUPerRecord     float64  `json:"ddb_wcu_per_record"`
-	Seconds             float64  `json:"seconds"`
+	Variants     []string `json:"variants"`
+	GapsDetected int      `json:"gaps_detected"`
+	GapsReplayed int      `json:"gaps_replayed"`
+	// Filtered and FilteredProcessed are gapless's (see VariantResult); 0 without --filter.
+	Filtered            int     `json:"filtered"`
+	FilteredProcessed   int     `json:"filtered_processed"`
+	DDBRequestsPerBatch float64 `json:"ddb_requests_per_batch"`
+	DDBWCUPerRecord     float64 `json:"ddb_wcu_per_record"`
+	Seconds             float64 `json:"seconds"`
 	// Verified: the reconciler verified every shard before the run ended.
 	Verified  bool   `json:"verified"`
 	Runtime   string `json:"runtime"`
@@ -102,7 +105,7 @@ func (r *Result) OK() bool {
 	if r.Gapless == nil {
 		return !slices.Contains(r.Variants, VariantGapless)
 	}
-	return r.Lost == 0 && r.Verified && r.Gapless.ParkedBadPayload == 0 &&
+	return r.Lost == 0 && r.Verified && r.Gapless.ParkedBadPayload == 0 && r.Gapless.FilteredProcessed == 0 &&
 		// a record lost to retention must have raised gapless's alarm (a counted span)
 		(r.Gapless.LostToRetention == 0 || r.Gapless.Reconciler.LostToRetention > 0)
 }
@@ -167,12 +170,16 @@ type VariantResult struct {
 	DrainReceiveErrors int `json:"drain_receive_errors"`
 	// LateDrained counts messages that were in flight when a queue first looked empty at the
 	// end, and were drained once visible again.
-	LateDrained  int     `json:"late_drained"`
-	GapsDetected int     `json:"gaps_detected"`
-	GapsReplayed int     `json:"gaps_replayed"`
-	Verified     bool    `json:"verified"`
-	TimedOut     bool    `json:"timed_out"`
-	Seconds      float64 `json:"seconds"`
+	LateDrained  int `json:"late_drained"`
+	GapsDetected int `json:"gaps_detected"`
+	GapsReplayed int `json:"gaps_replayed"`
+	// Filtered: produced records --filter drops (not expected downstream, not in Lost);
+	// FilteredProcessed: of those, delivered or parked all the same (must be 0).
+	Filtered          int     `json:"filtered"`
+	FilteredProcessed int     `json:"filtered_processed"`
+	Verified          bool    `json:"verified"`
+	TimedOut          bool    `json:"timed_out"`
+	Seconds           float64 `json:"seconds"`
 
 	// Handler counts the checkpoint-decides handler's decisions (that variant only).
 	Handler *HandlerStats `json:"handler,omitempty"`
@@ -411,6 +418,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 			res.Produced, res.DeliveredUnique, res.Duplicates = vr.Produced, vr.DeliveredUnique, vr.Duplicates
 			res.Parked, res.Lost, res.LostToRetention = vr.Parked, vr.Lost, vr.LostToRetention
 			res.GapsDetected, res.GapsReplayed = vr.GapsDetected, vr.GapsReplayed
+			res.Filtered, res.FilteredProcessed = vr.Filtered, vr.FilteredProcessed
 			res.DDBRequestsPerBatch, res.DDBWCUPerRecord = vr.DDB.RequestsPerBatch, vr.DDB.WCUPerRecord
 			res.Verified = vr.Verified
 		}

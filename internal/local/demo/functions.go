@@ -20,6 +20,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/consumer"
 	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/local/baseline"
 	"github.com/gapless-dev/gapless/internal/local/chaos"
 	"github.com/gapless-dev/gapless/internal/local/esm"
@@ -73,6 +74,7 @@ type functionEnv struct {
 	chaos                        chaos.Config
 	log                          *slog.Logger
 	decidesTable                 string // checkpoint decides: the shared checkpoint's table
+	filter                       string // RECORD_FILTER ("" none)
 }
 
 // consumerDeadlineMargin leaves the pipeline this much of the function timeout for its writes.
@@ -340,12 +342,16 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := consumer.NewHandler(cp, env.group, env.log)
+	flt, err := filter.Parse(env.filter)
+	if err != nil {
+		return nil, err
+	}
+	h := consumer.NewHandler(cp, env.group, env.log, consumer.WithFilter(flt))
 	racePipeline, _, err := build(env.consumerDDB, env.racerSQS, same, env.deadlineMargin)
 	if err != nil {
 		return nil, err
 	}
-	hRace := consumer.NewHandler(racePipeline, env.group, env.log)
+	hRace := consumer.NewHandler(racePipeline, env.group, env.log, consumer.WithFilter(flt))
 	ks := &killSwitch{}
 	rp, cps, err := build(env.reconcilerDDB, env.reconcilerSQS, func(p pipeline.ProcessFunc) pipeline.ProcessFunc { return killingProcess(p, ks) }, 2*time.Second)
 	if err != nil {
@@ -354,7 +360,7 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	rc := newClients(env.awsCfg, env.kinesisURL, env.reconcilerDDB, env.reconcilerSQS, false)
 	r, err := reconcile.New(rc.kin, cps, rp, reconcile.Config{
 		Group: env.group, Stream: env.stream, SettleAfter: env.settleAfter, MaxRecordAge: env.maxRecordAge,
-		ReadInterval: 250 * time.Millisecond, DeadlineMargin: 2 * time.Second,
+		ReadInterval: 250 * time.Millisecond, DeadlineMargin: 2 * time.Second, Filter: flt,
 	}, reconcile.WithLogger(env.log))
 	if err != nil {
 		return nil, err

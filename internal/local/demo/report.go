@@ -90,6 +90,8 @@ func rows(res *Result) [][]string {
 		same("duplicates delivered", func(r *VariantResult) int { return r.Duplicates }),
 		row("parked (payload verified)", only(num(func(r *VariantResult) int { return r.Parked }), g)),
 		same("LOST", func(r *VariantResult) int { return r.Lost }),
+		same("filtered by --filter (not expected)", func(r *VariantResult) int { return r.Filtered }),
+		same("  of which processed all the same", func(r *VariantResult) int { return r.FilteredProcessed }),
 		same("lost to retention (records, --expire)", func(r *VariantResult) int { return r.LostToRetention }),
 		row("  alarmed: LostToRetention spans", only(num(func(r *VariantResult) int { return r.Reconciler.LostToRetention }), g)),
 		row("  skipped as at/below the checkpoint", only(num(func(r *VariantResult) int { return r.handler().Filtered }), VariantCheckpointDecides)),

@@ -23,11 +23,17 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 	trimmed := v.trimmedBeforeEnd(ctx)
 	r.Killers = v.killers(v.e.cfg.Parallelization)
 	produced := map[string]bool{}
+	dropped := v.filteredIDs()
 	for _, w := range v.writes.records() {
 		produced[w.id] = true
 		delivered := v.target.Has(w.id)
 		parked := v.parked.Has(w.id)
 		switch {
+		case dropped[w.id]:
+			r.Filtered++
+			if delivered || parked {
+				r.FilteredProcessed++
+			}
 		case delivered:
 			r.DeliveredUnique++
 			if parked {

@@ -154,6 +154,7 @@ func commonEnv(fe functionEnv, ddb, sqsURL string) map[string]string {
 		config.EnvTargetQueueURL:    fe.targetURL,
 		config.EnvPayloadBucket:     schema.PayloadBucket, // the demo's records fit in a message: never written
 		config.EnvMaxRecordAttempts: strconv.Itoa(fe.maxRecordAttempts),
+		config.EnvRecordFilter:      fe.filter,
 		chaos.EnvVar:                fe.chaos.String(),
 		"AWS_ENDPOINT_URL_DYNAMODB": ddb,
 		"AWS_ENDPOINT_URL_SQS":      sqsURL,

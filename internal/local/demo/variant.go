@@ -443,6 +443,9 @@ func (v *variant) mappingConfig() esm.Config {
 	m.FunctionTimeout = cfg.FunctionTimeout
 	m.OnFailureQueueURL = v.failureURL
 	m.PollInterval = time.Second
+	if cfg.Filter != "" {
+		m.FilterCriteria = []string{cfg.Filter}
+	}
 	return m
 }
 
@@ -586,7 +589,7 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 		reconcilerDDB: v.recDDB.URL(), reconcilerSQS: v.recSQS.URL(),
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),
 		settleAfter: cfg.SettleAfter, maxRecordAge: cfg.MaxRecordAge, chaos: cfg.chaosConfig(chaosState), log: v.log,
-		decidesTable: v.decidesTable(),
+		decidesTable: v.decidesTable(), filter: cfg.Filter,
 	}
 }
 

@@ -79,6 +79,10 @@ type Config struct {
 	// OnFailureQueueURL receives the OnFailure messages (empty: none, records are only dropped).
 	OnFailureQueueURL string
 
+	// FilterCriteria is FilterCriteria.Filters[].Pattern: records whose data no pattern matches
+	// are not sent to the function (see filter.go). Empty: every record is sent.
+	FilterCriteria []string
+
 	// PollInterval spaces GetRecords calls on one shard (0 means 1s, Lambda's base rate of one
 	// poll per second per shard; at least 200ms).
 	PollInterval time.Duration
@@ -159,6 +163,9 @@ func (c Config) Validate() error {
 		return bad("MaxPayloadBytes %d outside 1..%d", c.MaxPayloadBytes, MaxPayloadBytes)
 	case c.PollInterval < MinPollInterval:
 		return bad("PollInterval %s below %s (5 GetRecords per second per shard)", c.PollInterval, MinPollInterval)
+	}
+	if _, err := c.filter(); err != nil {
+		return err
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/onfailure"
 )
 
@@ -120,6 +121,7 @@ type Mapping struct {
 	observe Observer
 	log     *slog.Logger
 	now     func() time.Time
+	filter  *filter.Filter // cfg.FilterCriteria, parsed
 
 	drain       bool
 	retention   time.Duration    // stream retention; 0 until describe reads it
@@ -150,6 +152,10 @@ func New(kin kinesisAPI, sqsClient sqsAPI, lanes func(shardID string, lane int) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	flt, err := cfg.filter()
+	if err != nil {
+		return nil, err
+	}
 	if kin == nil || lanes == nil {
 		return nil, fmt.Errorf("%w: a Kinesis client and a lane factory are required", ErrConfig)
 	}
@@ -164,6 +170,7 @@ func New(kin kinesisAPI, sqsClient sqsAPI, lanes func(shardID string, lane int) 
 		retryDelay:  100 * time.Millisecond,
 		maxBuffered: 100000,
 		checkpoints: map[string][]string{},
+		filter:      flt,
 	}
 	for _, o := range opts {
 		o(m)

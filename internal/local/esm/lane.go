@@ -170,6 +170,8 @@ type unit struct {
 //     and the lane moves on.
 func (l *lane) process(ctx context.Context, batch []*record) {
 	m := l.s.m
+	end := batch[len(batch)-1].seq
+	batch = l.unfiltered(batch)
 	work := []unit{{recs: batch}}
 	var given []*givenUp // what the batch gave up, one consolidated message per condition
 	// Once the batch has given records up, the lane's checkpoint is held until their message is
@@ -269,6 +271,9 @@ func (l *lane) process(ctx context.Context, batch []*record) {
 			}
 			work = append([]unit{u}, work...)
 		}
+	}
+	if len(batch) == 0 || batch[len(batch)-1].seq != end {
+		checkpoint(end) // the batch ends with records FilterCriteria dropped: they are done too
 	}
 }
 

@@ -20,6 +20,8 @@ type record struct {
 	key     string
 	arrival time.Time
 	json    []byte // json.Marshal(events.KinesisEventRecord)
+	// filtered: FilterCriteria drops the record (see filter.go).
+	filtered bool
 }
 
 // eventRecord builds the record exactly as Lambda puts it in a Kinesis event
@@ -64,7 +66,8 @@ func (m *Mapping) newRecord(shardID string, r kintypes.Record) (*record, error) 
 	if err != nil {
 		return nil, fmt.Errorf("esm: encode record %s: %w", ev.EventID, err)
 	}
-	return &record{seq: ev.Kinesis.SequenceNumber, key: ev.Kinesis.PartitionKey, arrival: ev.Kinesis.ApproximateArrivalTimestamp.Time, json: b}, nil
+	return &record{seq: ev.Kinesis.SequenceNumber, key: ev.Kinesis.PartitionKey, arrival: ev.Kinesis.ApproximateArrivalTimestamp.Time, json: b,
+		filtered: !m.filter.Keep(r.Data)}, nil
 }
 
 func deref(s *string) string {

@@ -21,6 +21,8 @@ const (
 	ParamBisectBatchOnFunctionError = "BisectBatchOnFunctionError"
 	ParamStartingPosition           = "StartingPosition"
 	ParamConsumerTimeoutSeconds     = "ConsumerTimeoutSeconds"
+	// ParamRecordFilter is the pattern of the mapping's FilterCriteria (empty: none).
+	ParamRecordFilter = "RecordFilter"
 )
 
 // ConfigFromTemplate reads the mapping's settings from the Default values of an AWS SAM
@@ -96,6 +98,9 @@ func ConfigFromTemplate(path string) (Config, error) {
 	}
 	if v, ok := def(ParamStartingPosition); ok {
 		cfg.StartingPosition = strings.TrimSpace(v)
+	}
+	if v, ok := def(ParamRecordFilter); ok && strings.TrimSpace(v) != "" {
+		cfg.FilterCriteria = []string{v}
 	}
 	cfg.FunctionName, cfg.ReportBatchItemFailures = kinesisFunction(lookup(root, "Resources"))
 	return cfg, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/gapless-dev/gapless/internal/onfailure"
 	"math/big"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -106,7 +107,7 @@ func TestConfigFromTemplate(t *testing.T) {
 		want.StartingPosition = TrimHorizon
 		want.FunctionTimeout = 45 * time.Second
 		want.ReportBatchItemFailures = true
-		if cfg != want {
+		if !reflect.DeepEqual(cfg, want) {
 			t.Fatalf("config\n got %+v\nwant %+v", cfg, want)
 		}
 	})
@@ -117,7 +118,7 @@ func TestConfigFromTemplate(t *testing.T) {
 		}
 		want := DefaultConfig()
 		want.FunctionName = "Fn"
-		if cfg != want {
+		if !reflect.DeepEqual(cfg, want) {
 			t.Fatalf("config\n got %+v\nwant %+v", cfg, want)
 		}
 	})
