@@ -21,6 +21,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/doctor"
 	"github.com/gapless-dev/gapless/internal/local/esm"
+	"github.com/gapless-dev/gapless/internal/local/localdoctor"
 	"github.com/gapless-dev/gapless/internal/local/localstack"
 )
 
@@ -207,14 +208,14 @@ func doctorLive(ctx context.Context, o *opsOptions, n liveNames, stderr io.Write
 // stack: the emulated mapping configured from the template (as gapless demo runs it, with a
 // failure queue it feeds to the reconciler), the functions' variables of the template's
 // defaults, and the template's reconciler schedule. Alarms are not checked locally.
-func localControlPlane(tmplPath string) (esm.ControlPlane, error) {
+func localControlPlane(tmplPath string) (localdoctor.ControlPlane, error) {
 	cfg, err := esm.ConfigFromTemplate(tmplPath)
 	if err != nil {
-		return esm.ControlPlane{}, err
+		return localdoctor.ControlPlane{}, err
 	}
 	t, err := doctor.LoadTemplate(tmplPath)
 	if err != nil {
-		return esm.ControlPlane{}, err
+		return localdoctor.ControlPlane{}, err
 	}
 	d := doctor.FromTemplate(t, tmplPath, 0)
 	const failure = "the harness's failure queue"
@@ -224,7 +225,7 @@ func localControlPlane(tmplPath string) (esm.ControlPlane, error) {
 	if d.ConsumerTimeout > 0 {
 		cfg.FunctionTimeout = d.ConsumerTimeout
 	}
-	return esm.ControlPlane{
+	return localdoctor.ControlPlane{
 		Mapping: cfg, State: "Enabled",
 		ConsumerEnv: consumerEnv, ReconcilerEnv: reconcilerEnv,
 		ReconcilerQueues: []string{failure},

@@ -17,6 +17,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/doctor"
 	"github.com/gapless-dev/gapless/internal/local/esm"
+	"github.com/gapless-dev/gapless/internal/local/localdoctor"
 	"github.com/gapless-dev/gapless/internal/local/localstack"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 // events/env.json.
 type localRun struct {
 	stream, ledger, checkpoints, failureQueue string
-	control                                   esm.ControlPlane
+	control                                   localdoctor.ControlPlane
 	store                                     *checkpoint.Store
 }
 
@@ -54,7 +55,7 @@ func newLocalRun(t *testing.T) *localRun {
 	cfg.StreamName = r.stream
 	cfg.FunctionName = "ConsumerFunction"
 	cfg.OnFailureQueueURL = r.failureQueue
-	r.control = esm.ControlPlane{
+	r.control = localdoctor.ControlPlane{
 		Mapping: cfg, State: "Enabled",
 		ConsumerEnv: env["ConsumerFunction"], ReconcilerEnv: env["ReconcilerFunction"],
 		ReconcilerQueues: []string{r.failureQueue},

@@ -1,9 +1,12 @@
-package esm
+// Package localdoctor answers gapless doctor's control-plane questions on the local stack, from
+// the emulated event-source mapping's configuration (internal/local/esm).
+package localdoctor
 
 import (
 	"context"
 
 	"github.com/gapless-dev/gapless/internal/doctor"
+	"github.com/gapless-dev/gapless/internal/local/esm"
 )
 
 // ControlPlane answers gapless doctor's control-plane questions for a local run. The local
@@ -15,7 +18,7 @@ import (
 type ControlPlane struct {
 	// Mapping is the emulated mapping's configuration (ConfigFromTemplate plus the harness's
 	// OnFailureQueueURL).
-	Mapping Config
+	Mapping esm.Config
 	// State is the mapping's state as Lambda would report it: "Enabled" while the harness runs
 	// it, "Disabled" when it is stopped.
 	State string
@@ -52,7 +55,7 @@ func (c ControlPlane) Describe(context.Context) (doctor.ControlPlaneView, error)
 	}
 	timeout := cfg.FunctionTimeout
 	if timeout == 0 {
-		timeout = DefaultConfig().FunctionTimeout
+		timeout = esm.DefaultConfig().FunctionTimeout
 	}
 	return doctor.ControlPlaneView{
 		Mapping: m, ConsumerTimeout: timeout,
