@@ -26,9 +26,10 @@ func ParseSamconfig(b []byte) (Samconfig, error) {
 		case l == "" || strings.HasPrefix(l, "#"):
 		case strings.HasPrefix(l, "[") && strings.HasSuffix(l, "]"):
 			section = strings.Trim(l, "[]")
-			if cfg[section] == nil {
-				cfg[section] = map[string]string{}
+			if cfg[section] != nil {
+				return nil, fmt.Errorf("%w: samconfig.toml:%d: section %s twice", ErrTemplate, line, section)
 			}
+			cfg[section] = map[string]string{}
 		default:
 			k, v, ok := strings.Cut(l, "=")
 			if !ok {
@@ -42,8 +43,11 @@ func ParseSamconfig(b []byte) (Samconfig, error) {
 				}
 				v = u
 			}
+			if section == "" && k == "version" {
+				continue
+			}
 			if section == "" {
-				continue // version = 0.1
+				return nil, fmt.Errorf("%w: samconfig.toml:%d: %s outside a section", ErrTemplate, line, k)
 			}
 			cfg[section][k] = v
 		}
