@@ -50,7 +50,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&o.dedupeTable, "dedupe-table", os.Getenv(config.EnvDedupeTable), "--live: ledger table (default $"+config.EnvDedupeTable+")")
 	consumerFn := fs.String("consumer-function", "", "--live on AWS: the consumer function (stack output ConsumerFunctionName)")
 	reconcilerFn := fs.String("reconciler-function", "", "--live on AWS: the reconciler function (stack output ReconcilerFunctionName)")
-	alarmPrefix := fs.String("alarm-prefix", "", "--live on AWS: name prefix of the stack's alarms (the stack name and a dash, e.g. gapless-)")
+	alarmPrefix := fs.String("alarm-prefix", "", "--live on AWS: list only alarms named with this prefix (the stack name and a dash, e.g. gapless-); the stack's alarms are those watching its functions or its group")
 	fs.StringVar(&o.state, "state", "", "--live: local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
 	fs.BoolVar(&o.useAWS, "aws", false, "--live: use AWS (or AWS_ENDPOINT_URL_*) even when a local stack.env exists")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
@@ -183,10 +183,11 @@ func doctorLive(ctx context.Context, o *opsOptions, n liveNames, stderr io.Write
 		l.Source, l.Control = "local stack "+o.stream+" (emulated mapping from "+n.template+")", cp
 	} else {
 		var missing []string
-		for flag, v := range map[string]string{"--consumer-function": n.consumer, "--reconciler-function": n.reconciler, "--alarm-prefix": n.alarmPrefix} {
-			if v == "" {
-				missing = append(missing, flag)
-			}
+		if n.consumer == "" {
+			missing = append(missing, "--consumer-function")
+		}
+		if n.reconciler == "" {
+			missing = append(missing, "--reconciler-function")
 		}
 		if len(missing) > 0 {
 			return doctor.Deployment{}, usagef("--live on AWS needs %s (stack outputs; see docs/deploy.md)", strings.Join(missing, ", "))
@@ -198,7 +199,7 @@ func doctorLive(ctx context.Context, o *opsOptions, n liveNames, stderr io.Write
 		l.Source = "stack of " + n.consumer
 		l.Control = &doctor.AWSControlPlane{
 			Lambda: lambda.NewFromConfig(cfg), EventBridge: eventbridge.NewFromConfig(cfg), CloudWatch: cloudwatch.NewFromConfig(cfg),
-			ConsumerFunction: n.consumer, ReconcilerFunction: n.reconciler, AlarmPrefix: n.alarmPrefix,
+			ConsumerFunction: n.consumer, ReconcilerFunction: n.reconciler, Group: o.group, AlarmPrefix: n.alarmPrefix,
 		}
 	}
 	return doctor.Collect(ctx, l)

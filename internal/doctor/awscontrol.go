@@ -8,10 +8,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
+	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/gapless-dev/gapless/internal/metrics"
 )
 
 // LambdaAPI is the Lambda calls of the live mode (lambda:ListEventSourceMappings,
@@ -48,8 +51,12 @@ type AWSControlPlane struct {
 	// ConsumerFunction and ReconcilerFunction are the functions' names or ARNs (stack outputs
 	// ConsumerFunctionName, ReconcilerFunctionName).
 	ConsumerFunction, ReconcilerFunction string
-	// AlarmPrefix selects the stack's alarms by name (CloudFormation names them
-	// "<stack>-<LogicalId>-<suffix>": the stack name plus "-").
+	// Group is the consumer group: the Group dimension of the stack's gapless alarms.
+	Group string
+	// AlarmPrefix, when set, narrows the listing to alarms named with it (CloudFormation names
+	// them "<stack>-<LogicalId>-<suffix>"). The stack's alarms are then those that watch its
+	// functions (dimension FunctionName) or its group (namespace Gapless, dimension Group), so
+	// the alarms of another stack whose name shares the prefix do not count.
 	AlarmPrefix string
 }
 
@@ -109,13 +116,20 @@ func (a *AWSControlPlane) Describe(ctx context.Context) (ControlPlaneView, error
 		}
 	}
 
-	pages := cloudwatch.NewDescribeAlarmsPaginator(a.CloudWatch, &cloudwatch.DescribeAlarmsInput{AlarmNamePrefix: aws.String(a.AlarmPrefix)})
+	in := &cloudwatch.DescribeAlarmsInput{}
+	if a.AlarmPrefix != "" {
+		in.AlarmNamePrefix = aws.String(a.AlarmPrefix)
+	}
+	pages := cloudwatch.NewDescribeAlarmsPaginator(a.CloudWatch, in)
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
 			return v, fmt.Errorf("alarms %s*: %w", a.AlarmPrefix, err)
 		}
 		for _, al := range page.MetricAlarms {
+			if !a.ours(al.Namespace, al.Dimensions) {
+				continue
+			}
 			actions := len(al.AlarmActions)
 			if al.ActionsEnabled != nil && !*al.ActionsEnabled {
 				actions = 0
@@ -126,6 +140,25 @@ func (a *AWSControlPlane) Describe(ctx context.Context) (ControlPlaneView, error
 	}
 	v.AlarmsKnown = true
 	return v, nil
+}
+
+// ours reports whether an alarm watches this deployment: one of its functions, or its group's
+// gapless metrics.
+func (a *AWSControlPlane) ours(namespace *string, dims []cwtypes.Dimension) bool {
+	for _, d := range dims {
+		v := aws.ToString(d.Value)
+		switch aws.ToString(d.Name) {
+		case "FunctionName":
+			if v == a.ConsumerFunction || v == a.ReconcilerFunction {
+				return true
+			}
+		case metrics.DimensionGroup:
+			if aws.ToString(namespace) == metrics.Namespace && v == a.Group {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (a *AWSControlPlane) mappings(ctx context.Context, fn string) ([]lambdatypes.EventSourceMappingConfiguration, error) {
