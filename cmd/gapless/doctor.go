@@ -103,7 +103,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if rep.Errors() > 0 {
-		return fmt.Errorf("%d %w", rep.Errors(), errFindings)
+		return fmt.Errorf("%w: %d", errFindings, rep.Errors())
 	}
 	return nil
 }

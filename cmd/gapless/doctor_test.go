@@ -19,7 +19,7 @@ func TestDoctorOffline(t *testing.T) {
 	stdout, stderr, code := gapless(t, "doctor", "--parameter-overrides", "MaximumRetryAttempts=-1")
 	if code != 1 || strings.Count(stdout, "ERROR") != 1 || !strings.Contains(stdout, "ERROR   mapping.retries-infinite: ") ||
 		!strings.Contains(stdout, "fix: set MaximumRetryAttempts") || !strings.Contains(stdout, "FAIL: ") ||
-		!strings.Contains(stderr, "1 error-level findings") {
+		!strings.Contains(stderr, "error-level findings: 1") {
 		t.Errorf("broken override: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 	// --kpl yes with the template's ParallelizationFactor 4 is an error; --json says so too.

@@ -203,9 +203,17 @@ func Write(w io.Writer, rep Report) error {
 	if rep.Errors() > 0 {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(&b, "%s: %d checks, %d errors, %d warnings\n", verdict, rep.Checked, rep.Errors(), rep.Warnings())
+	fmt.Fprintf(&b, "%s: %d checks, %s, %s\n", verdict, rep.Checked, plural(rep.Errors(), "error"), plural(rep.Warnings(), "warning"))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// plural is "1 error", "2 errors".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // short formats a duration without zero units: 24h, 30m, 7m6s.
