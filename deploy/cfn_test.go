@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gapless-dev/gapless/internal/cfnyaml"
 )
 
 // repoRoot is the module root (this package lives one level below it).
@@ -55,35 +56,11 @@ func loadTemplate(t *testing.T) *cfn {
 	return loadCFN(t, filepath.Join(repoRoot(t), "template.yaml"))
 }
 
-// get follows mapping keys from n; nil when any key is missing or a node is not a mapping.
-func get(n *yaml.Node, keys ...string) *yaml.Node {
-	for _, k := range keys {
-		if n == nil || n.Kind != yaml.MappingNode {
-			return nil
-		}
-		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == k {
-				next = n.Content[i+1]
-				break
-			}
-		}
-		n = next
-	}
-	return n
-}
-
-// keys lists the keys of mapping n in order.
-func keys(n *yaml.Node) []string {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	var ks []string
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		ks = append(ks, n.Content[i].Value)
-	}
-	return ks
-}
+// The YAML node helpers are internal/cfnyaml's, the ones gapless doctor reads the template with.
+var (
+	get  = cfnyaml.Get
+	keys = cfnyaml.Keys
+)
 
 // resource returns the resource's mapping (Type, Properties, …), failing the test when absent.
 func (c *cfn) resource(id string) *yaml.Node {
@@ -139,67 +116,12 @@ func (c *cfn) paramDefaultInt(name string) int {
 	return n
 }
 
-// scalar is the value of a plain scalar node ("" for nil, intrinsics and collections).
-func scalar(n *yaml.Node) string {
-	if n == nil || n.Kind != yaml.ScalarNode || isIntrinsicTag(n.Tag) {
-		return ""
-	}
-	return n.Value
-}
-
-func isIntrinsicTag(tag string) bool {
-	return strings.HasPrefix(tag, "!") && !strings.HasPrefix(tag, "!!")
-}
-
-// intrinsic reports the function a node calls ("Ref", "Fn::GetAtt", "Fn::If", "Condition", …)
-// and its argument node, for both the short (!Ref X) and the long ({Ref: X}) form.
-func intrinsic(n *yaml.Node) (fn string, arg *yaml.Node) {
-	if n == nil {
-		return "", nil
-	}
-	if isIntrinsicTag(n.Tag) {
-		name := strings.TrimPrefix(n.Tag, "!")
-		if name != "Ref" && name != "Condition" {
-			name = "Fn::" + name
-		}
-		// The argument is the node itself without its tag.
-		bare := *n
-		bare.Tag = ""
-		return name, &bare
-	}
-	if n.Kind == yaml.MappingNode && len(n.Content) == 2 {
-		k := n.Content[0].Value
-		if k == "Ref" || k == "Condition" || strings.HasPrefix(k, "Fn::") {
-			return k, n.Content[1]
-		}
-	}
-	return "", nil
-}
-
-// ref is X for !Ref X, "" otherwise.
-func ref(n *yaml.Node) string {
-	if fn, arg := intrinsic(n); fn == "Ref" && arg.Kind == yaml.ScalarNode {
-		return arg.Value
-	}
-	return ""
-}
-
-// getAtt is "X.Attr" for !GetAtt X.Attr or !GetAtt [X, Attr], "" otherwise.
-func getAtt(n *yaml.Node) string {
-	fn, arg := intrinsic(n)
-	if fn != "Fn::GetAtt" {
-		return ""
-	}
-	switch arg.Kind {
-	case yaml.ScalarNode:
-		return arg.Value
-	case yaml.SequenceNode:
-		if len(arg.Content) == 2 {
-			return arg.Content[0].Value + "." + arg.Content[1].Value
-		}
-	}
-	return ""
-}
+var (
+	scalar    = cfnyaml.Scalar
+	intrinsic = cfnyaml.Intrinsic
+	ref       = cfnyaml.Ref
+	getAtt    = cfnyaml.GetAtt
+)
 
 // ifArgs returns the condition name and both branches of !If [cond, a, b].
 func ifArgs(n *yaml.Node) (cond string, a, b *yaml.Node, ok bool) {

@@ -1,8 +1,6 @@
 package deploy
 
 import (
-	"bufio"
-	"bytes"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,78 +11,28 @@ import (
 	"testing"
 
 	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/doctor"
 )
 
-// samconfig is samconfig.toml as section -> key -> raw value. The file uses only the subset of
-// TOML sam writes itself: [env.command.parameters] headers and key = value lines whose values
-// are basic strings, booleans or numbers.
-type samconfig map[string]map[string]string
+// samconfig is samconfig.toml as section -> key -> raw value, read by the parser gapless doctor
+// uses (internal/doctor).
+type samconfig = doctor.Samconfig
 
 func loadSamconfig(t *testing.T) samconfig {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "samconfig.toml"))
+	cfg, err := doctor.LoadSamconfig(filepath.Join(repoRoot(t), "samconfig.toml"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	cfg := samconfig{}
-	section := ""
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for line := 1; sc.Scan(); line++ {
-		l := strings.TrimSpace(sc.Text())
-		switch {
-		case l == "" || strings.HasPrefix(l, "#"):
-		case strings.HasPrefix(l, "[") && strings.HasSuffix(l, "]"):
-			section = strings.Trim(l, "[]")
-			if cfg[section] != nil {
-				t.Fatalf("samconfig.toml:%d: section %s twice", line, section)
-			}
-			cfg[section] = map[string]string{}
-		default:
-			k, v, ok := strings.Cut(l, "=")
-			if !ok {
-				t.Fatalf("samconfig.toml:%d: %q is not key = value", line, l)
-			}
-			k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-			if strings.HasPrefix(v, `"`) {
-				u, err := strconv.Unquote(v)
-				if err != nil {
-					t.Fatalf("samconfig.toml:%d: %s: %v", line, k, err)
-				}
-				v = u
-			}
-			if section == "" && k == "version" {
-				continue
-			}
-			if section == "" {
-				t.Fatalf("samconfig.toml:%d: %s outside a section", line, k)
-			}
-			cfg[section][k] = v
-		}
 	}
 	return cfg
 }
 
-var overridePair = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S+)`)
-
 // parseOverrides reads sam's parameter_overrides: Key=value or Key="value" pairs.
 func parseOverrides(t *testing.T, s string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	rest := overridePair.ReplaceAllStringFunc(s, func(pair string) string {
-		m := overridePair.FindStringSubmatch(pair)
-		v := m[2]
-		if strings.HasPrefix(v, `"`) {
-			u, err := strconv.Unquote(v)
-			if err != nil {
-				t.Fatalf("parameter_overrides %s: %v", pair, err)
-			}
-			v = u
-		}
-		out[m[1]] = v
-		return ""
-	})
-	if strings.TrimSpace(rest) != "" {
-		t.Fatalf("parameter_overrides: cannot read %q", rest)
+	out, err := doctor.ParseOverrides(s)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

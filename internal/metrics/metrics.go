@@ -22,6 +22,10 @@ const Namespace = "Gapless"
 // DimensionGroup is the dimension every gapless metric carries: the consumer group.
 const DimensionGroup = "Group"
 
+// DimensionShard is the second dimension of per-shard metrics (the reconciler's
+// VerifiedLagSeconds per shard): the shard id.
+const DimensionShard = "ShardId"
+
 // Unit is a CloudWatch metric unit.
 type Unit string
 
@@ -76,15 +80,24 @@ func New(w io.Writer, namespace string, dims []Dimension, opts ...Option) *Emitt
 var reserved = map[string]bool{"_aws": true}
 
 // Emit writes one EMF line with the given metrics. Emitting no metrics writes nothing.
-func (e *Emitter) Emit(ms ...Metric) error {
+func (e *Emitter) Emit(ms ...Metric) error { return e.EmitWith(nil, ms...) }
+
+// EmitWith writes one EMF line like Emit, with extra dimensions after the Emitter's own (e.g. a
+// per-shard value: Dimension{DimensionShard, shardID}). The metrics of the line are a separate
+// CloudWatch metric per dimension set.
+func (e *Emitter) EmitWith(extra []Dimension, ms ...Metric) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	root := make(map[string]any, len(ms)+len(e.dims)+1)
-	dimNames := make([]string, 0, len(e.dims))
-	for _, d := range e.dims {
+	all := append(append(make([]Dimension, 0, len(e.dims)+len(extra)), e.dims...), extra...)
+	root := make(map[string]any, len(ms)+len(all)+1)
+	dimNames := make([]string, 0, len(all))
+	for _, d := range all {
 		if d.Name == "" || reserved[d.Name] {
 			return fmt.Errorf("%w: dimension name %q", ErrInvalid, d.Name)
+		}
+		if _, dup := root[d.Name]; dup {
+			return fmt.Errorf("%w: dimension %q given twice", ErrInvalid, d.Name)
 		}
 		root[d.Name] = d.Value
 		dimNames = append(dimNames, d.Name)

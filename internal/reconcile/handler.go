@@ -135,6 +135,7 @@ func (h *Handler) HandleSchedule(ctx context.Context) (Summary, error) {
 			sum.ShardsDeferred++
 		}
 	}
+	h.emitShardLags(rep) // before the run's line: it stays the last one written
 	h.emitReport(rep.ShardReport(), rep.VerifiedLag.Seconds())
 	h.log.InfoContext(ctx, "reconciler pass", "group", h.r.cfg.Group, "stream", h.r.cfg.Stream, "summary", sum, "error", err)
 	return sum, err

@@ -1,0 +1,53 @@
+package reconcile
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/gapless-dev/gapless/internal/metrics"
+)
+
+// TestShardLags: a shard with an unverified record reports its age, a caught-up shard 0, a
+// deferred shard (not looked at) nothing.
+func TestShardLags(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	rep := Report{Shards: []ShardReport{
+		{ShardID: "shardId-000000000000", OldestUnverified: now.Add(-90 * time.Second)},
+		{ShardID: "shardId-000000000001"},
+		{ShardID: "shardId-000000000002", Deferred: true},
+	}}
+	got := shardLags(rep, now)
+	want := []shardLag{{"shardId-000000000000", 90 * time.Second}, {"shardId-000000000001", 0}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("shardLags %v, want %v", got, want)
+	}
+}
+
+// TestEmitShardLagsLines: one EMF line per shard looked at, dimensions Group and ShardId.
+func TestEmitShardLagsLines(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var buf bytes.Buffer
+	h := &Handler{r: &Reconciler{now: func() time.Time { return now }}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		emit: metrics.New(&buf, metrics.Namespace, []metrics.Dimension{{Name: metrics.DimensionGroup, Value: "g"}})}
+	h.emitShardLags(Report{Shards: []ShardReport{
+		{ShardID: "shardId-000000000000", OldestUnverified: now.Add(-time.Minute)},
+		{ShardID: "shardId-000000000001", Deferred: true},
+	}})
+	sc := bufio.NewScanner(&buf)
+	var lines []metrics.Line
+	for sc.Scan() {
+		l, err := metrics.Parse(sc.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) != 1 || lines[0].Dimensions[metrics.DimensionShard] != "shardId-000000000000" || lines[0].Dimensions[metrics.DimensionGroup] != "g" ||
+		lines[0].Values[MetricVerifiedLag] != 60 {
+		t.Errorf("lines %+v", lines)
+	}
+}
