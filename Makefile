@@ -73,6 +73,12 @@ bench-go:
 	  $(GO) test -run '^$$' -bench 'Set|InMemory' $(BENCH_GO_FLAGS) ./internal/dedupe; } > $(BENCH_GO_OUT)
 	@echo "wrote $(BENCH_GO_OUT) (compare runs with: benchstat old.txt $(BENCH_GO_OUT))"
 
+## bench-reconcile: the reconciler's verification rate and read units per record at ledger
+## tails of 0, 10,000 and 100,000 entries (local stack; docs/benchmarks.md)
+.PHONY: bench-reconcile
+bench-reconcile:
+	$(GO) test -run '^$$' -bench BenchmarkVerifyTail -benchtime 1x -timeout 30m ./internal/reconcile/
+
 ## demo: the seed's load test with every fault on: the mapping alone, checkpoint decides (the
 ## seed report's consumer) and gapless, side by side (report in reports/demo-<timestamp>/).
 ## Flags: make demo DEMO_FLAGS="--seed 7 --json"; soak: make demo DEMO_FLAGS="--duration 10m".

@@ -16,9 +16,11 @@
 //	             first, last, firstEnc (S), ids, parked, parkedRef, failed (B), src (S), expiresAt (N)
 //	claim        pk = "K|" + group + "|" + key, sk = "K", owner (S, record id), expiresAt (N)
 //
-// Sort keys start with the encoded last sequence number, so Query(sk >= Encode(first)) finds
-// every entry that ends at or after a range's first record; the filter firstEnc <= Encode(last)
-// keeps those that begin at or before its last. The nonce (random per Record call) keeps two
+// Sort keys start with the encoded last sequence number, and no item spans more than MaxSpan
+// (wider entries are cut into windows), so Query(sk BETWEEN Encode(first) AND
+// Encode(last+MaxSpan)+"$") finds every item holding a record of a range without reading the
+// ledger's tail after it; the filter firstEnc <= Encode(last) keeps those that begin at or
+// before its last. The nonce (random per Record call) keeps two
 // invocations that end on the same record from overwriting each other. An entry whose encoded
 // sets exceed the item budget (WithMaxItemBytes) is split into parts, each a self-contained
 // entry covering its own ids, written with BatchWriteItem.
@@ -280,19 +282,47 @@ func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) erro
 	}
 	expires := strconv.FormatInt(l.now().Add(l.ttl).Unix(), 10)
 
-	whole := l.item(pk, nonce, 0, e.First, e.Last, e.Source, expires, sets)
-	if ddbsize.ItemSize(whole) <= l.maxItem {
-		if _, err := l.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &l.table, Item: whole}); err != nil {
+	// One item per window of at most MaxSpan (one window unless the entry is wider), each
+	// split further when it exceeds the item budget.
+	var items []map[string]types.AttributeValue
+	for _, w := range spanWindows(e.First, e.Last, mergeUnique(sets.done, sets.failed)) {
+		ws := sets
+		if w.first != e.First || w.last != e.Last {
+			ws = entrySets{
+				done: withinSeq(sets.done, w.first, w.last), parked: withinSeq(sets.parked, w.first, w.last),
+				byRef: withinSeq(sets.byRef, w.first, w.last), failed: withinSeq(sets.failed, w.first, w.last),
+			}
+		}
+		whole := l.item(pk, nonce, len(items), w.first, w.last, e.Source, expires, ws)
+		if ddbsize.ItemSize(whole) <= l.maxItem {
+			items = append(items, whole)
+			continue
+		}
+		we := e
+		we.First, we.Last = w.first, w.last
+		parts, err := l.split(pk, nonce, len(items), we, expires, ws)
+		if err != nil {
+			return fmt.Errorf("dedupe: record %s %s..%s: %w", shard, e.First, e.Last, err)
+		}
+		items = append(items, parts...)
+	}
+	if len(items) == 1 {
+		if _, err := l.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &l.table, Item: items[0]}); err != nil {
 			return fmt.Errorf("dedupe: put entry %s %s..%s: %w", shard, e.First, e.Last, err)
 		}
 		return nil
 	}
-	parts, err := l.split(pk, nonce, e, expires, sets)
-	if err != nil {
-		return fmt.Errorf("dedupe: record %s %s..%s: %w", shard, e.First, e.Last, err)
+	// Every item of a cut entry carries the entry's own firstEnc: the Lookup filter
+	// (firstEnc <= Encode(last)) then keeps the item keyed on the entry's last sequence number
+	// whenever it keeps the invocation's marker (same first, same last), so the marker reads as
+	// completed. Items whose own first is past a lookup's range pass the filter but hold no id
+	// of it (ids are clipped to the range).
+	entryFirstEnc, _ := seqnum.Encode(e.First) // validated
+	for _, it := range items {
+		it[attrFirstEnc] = &types.AttributeValueMemberS{Value: entryFirstEnc}
 	}
-	if err := l.batchWrite(ctx, parts); err != nil {
-		return fmt.Errorf("dedupe: write %d parts of %s %s..%s: %w", len(parts), shard, e.First, e.Last, err)
+	if err := l.batchWrite(ctx, items); err != nil {
+		return fmt.Errorf("dedupe: write %d parts of %s %s..%s: %w", len(items), shard, e.First, e.Last, err)
 	}
 	return nil
 }
@@ -323,10 +353,10 @@ func (l *Ledger) item(pk, nonce string, part int, first, last, source, expires s
 	return it
 }
 
-// split cuts an entry into parts that each fit the item budget. Parts cover consecutive slices
+// split cuts an entry into parts that each fit the item budget, numbered from base. Parts cover consecutive slices
 // of the union of all ids; part i's range is from its first id (the entry's First for part 0)
 // to its last id (the entry's Last for the last part).
-func (l *Ledger) split(pk, nonce string, e Entry, expires string, s entrySets) ([]map[string]types.AttributeValue, error) {
+func (l *Ledger) split(pk, nonce string, base int, e Entry, expires string, s entrySets) ([]map[string]types.AttributeValue, error) {
 	union := mergeUnique(s.done, s.failed) // parked ⊆ done, byRef ⊆ parked
 	if len(union) == 0 {
 		return nil, fmt.Errorf("%w: an entry without ids needs more than %d bytes", ErrItemTooLarge, l.maxItem)
@@ -363,7 +393,7 @@ func (l *Ledger) split(pk, nonce string, e Entry, expires string, s entrySets) (
 			byRef:  within(s.byRef, lo, hi),
 			failed: within(s.failed, lo, hi),
 		}
-		it := l.item(pk, nonce, len(parts), first, last, e.Source, expires, ps)
+		it := l.item(pk, nonce, base+len(parts), first, last, e.Source, expires, ps)
 		if ddbsize.ItemSize(it) <= l.maxItem {
 			parts = append(parts, it)
 			continue

@@ -62,7 +62,8 @@ func cmpKey(a, b key) int {
 
 // Lookup reads every live entry of shard that overlaps first..last with one Query (more pages
 // only when DynamoDB's 1 MB page limit forces them): key condition pk = shard's partition AND
-// sk >= Encode(first), filter firstEnc <= Encode(last). Entries with expiresAt before now are
+// sk BETWEEN Encode(first) AND Encode(last + MaxSpan) + "$", filter firstEnc <= Encode(last).
+// The upper bound is complete because no item spans more than MaxSpan (see MaxSpan). Entries with expiresAt before now are
 // ignored, as are entries that do not decode (counted in Stats and logged: ignoring one can only
 // cause a duplicate, never a loss).
 func (l *Ledger) Lookup(ctx context.Context, shard recordid.Shard, first, last string) (*Range, error) {
@@ -85,9 +86,16 @@ func (l *Ledger) Lookup(ctx context.Context, shard recordid.Shard, first, last s
 	now := l.now().Unix()
 
 	b := rangeBuilder{lo: &lo, hi: &hi}
+	// Bounded: no item spans more than MaxSpan, so none holding a record of first..last ends
+	// after last + MaxSpan (docs/ledger.md, "Bounded lookups").
+	keyCond := "#pk = :pk AND #sk >= :from"
+	upper, bounded := lookupUpperKey(last)
+	if bounded {
+		keyCond = "#pk = :pk AND #sk BETWEEN :from AND :upto"
+	}
 	in := &dynamodb.QueryInput{
 		TableName:              &l.table,
-		KeyConditionExpression: aws.String("#pk = :pk AND #sk >= :from"),
+		KeyConditionExpression: aws.String(keyCond),
 		FilterExpression:       aws.String("#fe <= :to"),
 		ExpressionAttributeNames: map[string]string{
 			"#pk": schema.PartitionKey, "#sk": schema.SortKey, "#fe": attrFirstEnc,
@@ -98,6 +106,9 @@ func (l *Ledger) Lookup(ctx context.Context, shard recordid.Shard, first, last s
 			":to":   &types.AttributeValueMemberS{Value: lastEnc},
 		},
 		ConsistentRead: aws.Bool(l.consistentRead),
+	}
+	if bounded {
+		in.ExpressionAttributeValues[":upto"] = &types.AttributeValueMemberS{Value: upper}
 	}
 	for {
 		out, err := l.client.Query(ctx, in)

@@ -32,11 +32,14 @@
 //  6. Optional business-key dedupe (Config.DedupeKey): before Process the record claims the key's
 //     value; a key claimed by another record id is a duplicate: skipped, counted, recorded done.
 //  7. One ledger write for what this run did, with the marker's nonce (it completes the
-//     marker; a run that writes no entry deletes its marker instead). If it fails, Run returns an error wrapping ErrLedger
-//     and the caller must fail the whole batch. Then, when Batch.AdvanceCheckpoint is set, one
-//     conditional checkpoint advance to the highest sequence number below which every record of
-//     the batch is done. A checkpoint error or lost race is logged and counted in the Result and
-//     never changes what is reported done or failed: the checkpoint does not decide processing.
+//     marker; a run that writes no entry deletes its marker instead), and beside it, in parallel,
+//     when Batch.AdvanceCheckpoint is set, one conditional checkpoint advance to the highest
+//     sequence number below which every record of the batch is done: two sequential round trips
+//     per batch in all. If the ledger write fails, Run returns an error wrapping ErrLedger and the
+//     caller must fail the whole batch (the checkpoint may have moved: that only makes records
+//     come again, see finish). A checkpoint error or lost race is logged and counted in the
+//     Result and never changes what is reported done or failed: the checkpoint does not decide
+//     processing.
 package pipeline
 
 import (
@@ -513,20 +516,8 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	}
 
 	entry := p.tally(&b, outcomes, &res)
-	if len(entry.Done)+len(entry.Failed) == 0 {
-		mk.release(ctx) // nothing to record: retire the marker so it never reads as a death
-	} else {
-		entry.Nonce = mine.Nonce // completes the marker
-		if err := p.ledger.Record(ctx, b.Shard, entry); err != nil {
-			log.ErrorContext(ctx, "ledger write failed: the whole batch will be retried",
-				"sequence_number", first, "last_sequence_number", last, "error", err)
-			mk.release(ctx)
-			return res, fmt.Errorf("%w: record %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
-		}
-		res.LedgerWritten = true
-	}
-	if b.AdvanceCheckpoint {
-		p.advance(ctx, log, &b, outcomes, &res)
+	if err := p.finish(ctx, log, &b, outcomes, entry, mk, mine.Nonce, &res); err != nil {
+		return res, err
 	}
 	return res, nil
 }

@@ -144,8 +144,6 @@ func TestRunnerCosts(t *testing.T) {
 			if res.DDBCallsPerBatch != total || res.DDBAttemptsPerBatch != total {
 				t.Errorf("calls %v, round trips %v per batch; want %v", res.DDBCallsPerBatch, res.DDBAttemptsPerBatch, total)
 			}
-			// The marker goes out in parallel with the Query: the critical path stays at 3
-			// (lookup, entry, checkpoint).
 			// SQS requests per record: exactly one per record for the per-record bridge; at
 			// most 0.11 batched (64 keys: waves of 60 and 40 records per 100, full requests).
 			switch sqsReq := res.SQSRequestsPerRecord; tc.c.Handler {
@@ -165,8 +163,10 @@ func TestRunnerCosts(t *testing.T) {
 			if res.USDPerMillionRecords != res.SQSUSDPerMillionRecords+res.DDBUSDPerMillionRecords {
 				t.Errorf("cost %v != %v + %v", res.USDPerMillionRecords, res.SQSUSDPerMillionRecords, res.DDBUSDPerMillionRecords)
 			}
-			if (tc.c.Handler == Gapless || tc.c.Handler == GaplessSQS) && res.CriticalPathRoundTrips != 3 {
-				t.Errorf("gapless critical path %v round trips per batch, want 3", res.CriticalPathRoundTrips)
+			// The marker goes out in parallel with the Query and the checkpoint in parallel
+			// with the ledger entry: 2 sequential round trips (lookup, then entry and checkpoint).
+			if (tc.c.Handler == Gapless || tc.c.Handler == GaplessSQS) && res.CriticalPathRoundTrips != 2 {
+				t.Errorf("gapless critical path %v round trips per batch, want 2", res.CriticalPathRoundTrips)
 			}
 			if tc.c.Handler == Bare && res.CriticalPathRoundTrips != 0 {
 				t.Errorf("bare critical path %v", res.CriticalPathRoundTrips)
