@@ -94,21 +94,28 @@ func (h *Handler) HandleJSON(ctx context.Context, raw json.RawMessage) (events.K
 		h.log.ErrorContext(ctx, "invocation payload is not a Kinesis event", "group", h.group, "error", err)
 		return events.KinesisEventResponse{}, err
 	}
-	return h.handle(ctx, recs)
+	return h.handle(ctx, &recs)
 }
 
 // Handle handles an event already decoded by the Lambda runtime.
 func (h *Handler) Handle(ctx context.Context, ev events.KinesisEvent) (events.KinesisEventResponse, error) {
-	return h.handle(ctx, fromEvent(ev))
+	recs := fromEvent(ev)
+	return h.handle(ctx, &recs)
 }
 
-func (h *Handler) handle(ctx context.Context, recs []inRecord) (events.KinesisEventResponse, error) {
+// handle runs the event's records; it drops *recs once the batch is built.
+func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisEventResponse, error) {
 	start := time.Now()
-	pl := buildPlan(h.group, h.stream, recs)
+	pl := buildPlan(h.group, h.stream, *recs)
+	// The batch holds what the pipeline needs (sequence number, key, data): the event's records
+	// (event ids, ARNs: ~300 bytes a record) are garbage from here on, before the sink's garbage
+	// sizes the heap (docs/benchmarks.md, "Memory for one large batch").
+	n := len(*recs)
+	*recs = nil
 	b := &pl.batch
 	log := h.log.With("group", h.group, "stream", b.Shard.Stream, "shard_id", b.Shard.ShardID)
 	b.Records = h.unfiltered(ctx, log, b.Records)
-	if len(recs) == 0 {
+	if n == 0 {
 		log.InfoContext(ctx, "empty event: nothing to do")
 		return events.KinesisEventResponse{}, nil
 	}
@@ -152,7 +159,7 @@ func (h *Handler) handle(ctx context.Context, recs []inRecord) (events.KinesisEv
 	}
 	h.emit(ctx, log, b, res, runErr != nil, len(pl.rejected))
 
-	attrs := []any{"records", len(recs), "user_records", len(b.Records), "processed", res.Processed,
+	attrs := []any{"records", n, "user_records", len(b.Records), "processed", res.Processed,
 		"duplicates_skipped", res.DuplicatesSkipped, "failed", res.Failed, "parked", res.Parked,
 		"parked_by_ref", res.ParkedByRef, "rejected", len(pl.rejected), "malformed", pl.malformed,
 		"checkpoint", res.CheckpointSeq, "checkpoint_advanced", res.CheckpointAdvanced,
