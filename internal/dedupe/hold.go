@@ -237,7 +237,7 @@ func (h *Holds) Hold(ctx context.Context, group, key string, ids []recordid.ID, 
 			":k":     &types.AttributeValueMemberN{Value: strconv.Itoa(len(ids))},
 			":at":    &types.AttributeValueMemberS{Value: h.now().UTC().Format(time.RFC3339Nano)},
 		},
-		ReturnValues: types.ReturnValueUpdatedNew,
+		ReturnValues: types.ReturnValueAllNew, // (UPDATED_NEW omits an unchanged head on moto)
 	}
 	if !create {
 		in.ConditionExpression = aws.String("attribute_exists(#head)")
