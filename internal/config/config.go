@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,17 @@ const (
 	EnvStreamARN         = "STREAM_ARN"
 	EnvSettleAfter       = "SETTLE_AFTER"
 	EnvMaxRecordAge      = "MAXIMUM_RECORD_AGE_SECONDS"
+	EnvOnPark            = "ON_PARK"
+)
+
+// ON_PARK values: what a parked record means for the later records of its partition key.
+const (
+	// OnParkContinue (the default): a parked record counts as done and later records of its key
+	// go on.
+	OnParkContinue = "continue"
+	// OnParkHoldKey: once a record is parked its key is held; later records of the key are parked
+	// behind it until `gapless redrive` applies them in order (docs/consumer.md, "Holding a key").
+	OnParkHoldKey = "hold-key"
 )
 
 // Defaults.
@@ -91,6 +103,7 @@ type Common struct {
 	DedupeKey         string // JSON field path (dot-separated); empty disables business-key dedupe
 	LedgerTTL         time.Duration
 	LogPayloads       bool
+	OnPark            string // OnParkContinue or OnParkHoldKey (ON_PARK)
 }
 
 // Consumer is the consumer function's configuration.
@@ -215,6 +228,7 @@ func (p *parser) common() Common {
 		DedupeKey:         strings.TrimSpace(p.getenv(EnvDedupeKey)),
 		LedgerTTL:         p.duration(EnvLedgerTTL, DefaultLedgerTTL),
 		LogPayloads:       p.boolean(EnvLogPayloads, false),
+		OnPark:            p.oneOf(EnvOnPark, OnParkContinue, OnParkContinue, OnParkHoldKey),
 	}
 	if c.Group != "" {
 		if err := (recordid.Shard{Group: c.Group, Stream: "s", ShardID: "s"}).Validate(); err != nil {
@@ -274,6 +288,19 @@ func (p *parser) duration(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// oneOf reads a variable that must be one of allowed (def when unset).
+func (p *parser) oneOf(name, def string, allowed ...string) string {
+	v := strings.TrimSpace(p.getenv(name))
+	if v == "" {
+		return def
+	}
+	if !slices.Contains(allowed, v) {
+		p.fail(name, v, "must be one of "+strings.Join(allowed, ", "))
+		return def
+	}
+	return v
 }
 
 func (p *parser) boolean(name string, def bool) bool {
