@@ -612,7 +612,7 @@ func (g grants) add(actions []string, resources ...string) {
 
 var (
 	streamRead = []string{"kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards"}
-	stateRW    = []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem"}
+	stateRW    = []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem", "dynamodb:BatchGetItem"} // BatchGetItem: key holds (ON_PARK=hold-key)
 	logWrite   = []string{"logs:CreateLogStream", "logs:PutLogEvents"}
 )
 
