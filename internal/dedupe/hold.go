@@ -113,8 +113,9 @@ func holdKey(pk string) map[string]types.AttributeValue {
 
 // Heads returns the head of every held key among keys (keys not held are absent), with
 // strongly consistent reads: one BatchGetItem per 100 distinct keys, all in parallel, unprocessed
-// keys retried. Each key costs one read capacity unit (DynamoDB rounds every item, present or
-// not, up to one 4 KB unit) whether held or not.
+// keys retried. Each key costs one read capacity unit whether held or not ("Requests for
+// nonexistent items consume the minimum read capacity units according to the type of read",
+// BatchGetItem API reference), more only for a hold listing over ~60 records (4 KB).
 func (h *Holds) Heads(ctx context.Context, group string, keys []string) (map[string]recordid.ID, error) {
 	byPK := make(map[string]string, len(keys))
 	var pks []string
