@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 )
 
@@ -35,6 +40,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	shardID := fs.String("shard", "", "shard id, e.g. shardId-000000000000 (required)")
 	from := fs.String("from", "", "first sequence number of the range (required)")
 	to := fs.String("to", "", "last sequence number of the range, inclusive (required)")
+	onPark := fs.String("on-park", orDefault(os.Getenv(config.EnvOnPark), config.OnParkContinue),
+		"what a parked record means for later records of its key, as the functions' ON_PARK: continue or hold-key (default $"+config.EnvOnPark+" or continue)")
 	setHelp(fs, "replay --shard S --from A --to B [flags]",
 		"Re-reads exactly the records A..B of shard S (GetShardIterator AT_SEQUENCE_NUMBER A) and runs\n"+
 			"those the ledger lacks through the same pipeline as the consumer: the default Process\n"+
@@ -49,6 +56,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *shardID == "" || *from == "" || *to == "" {
 		return usagef("--shard, --from and --to are required")
 	}
+	if *onPark != config.OnParkContinue && *onPark != config.OnParkHoldKey {
+		return usagef("--on-park %q: must be %s or %s", *onPark, config.OnParkContinue, config.OnParkHoldKey)
+	}
 	if err := o.require(fs, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue"); err != nil {
 		return err
 	}
@@ -58,7 +68,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	log := cliLogger(stderr)
 	ledger := o.newLedger(c, log)
-	p, err := buildPipeline(ctx, c, o, ledger, ledger, log)
+	var extra []pipeline.Option
+	if *onPark == config.OnParkHoldKey { // a replay must not apply a record of a held key
+		extra = append(extra, pipeline.WithHoldKey(pipeline.HoldStore{H: dedupe.NewHolds(c.ddb, o.dedupeTable)}))
+	}
+	p, err := buildPipeline(ctx, c, o, ledger, ledger, log, extra...)
 	if err != nil {
 		return err
 	}
@@ -97,3 +111,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // default, 1s, is for unattended runs; an operator waiting takes two of the shard's five reads
 // per second).
 const reconcileCLIReadInterval = 400 * time.Millisecond
+
+func orDefault(v, def string) string {
+	if v = strings.TrimSpace(v); v != "" {
+		return v
+	}
+	return def
+}
