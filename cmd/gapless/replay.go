@@ -40,7 +40,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	shardID := fs.String("shard", "", "shard id, e.g. shardId-000000000000 (required)")
 	from := fs.String("from", "", "first sequence number of the range (required)")
 	to := fs.String("to", "", "last sequence number of the range, inclusive (required)")
-	onPark := fs.String("on-park", orDefault(os.Getenv(config.EnvOnPark), config.OnParkContinue),
+	onPark := fs.String("on-park", envOrDefault(os.Getenv(config.EnvOnPark), config.OnParkContinue),
 		"what a parked record means for later records of its key, as the functions' ON_PARK: continue or hold-key (default $"+config.EnvOnPark+" or continue)")
 	setHelp(fs, "replay --shard S --from A --to B [flags]",
 		"Re-reads exactly the records A..B of shard S (GetShardIterator AT_SEQUENCE_NUMBER A) and runs\n"+
@@ -112,7 +112,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // per second).
 const reconcileCLIReadInterval = 400 * time.Millisecond
 
-func orDefault(v, def string) string {
+func envOrDefault(v, def string) string {
 	if v = strings.TrimSpace(v); v != "" {
 		return v
 	}
