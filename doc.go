@@ -67,6 +67,7 @@
 //	SETTLE_AFTER                reconciler, default 30m: only records older than this are judged gaps
 //	MAXIMUM_RECORD_AGE_SECONDS  reconciler, default -1: the mapping's MaximumRecordAgeInSeconds
 //	RECORD_FILTER               default none: the mapping's FilterCriteria pattern; records it drops are never processed, and not gaps
+//	ON_PARK                     default continue: hold-key parks every later record of a parked record's key behind it, in order
 //
 // The repository's docs/design.md explains each one; docs/deploy.md the template's parameters.
 // AWS clients come from the SDK's default configuration (AWS_REGION, the function's role,

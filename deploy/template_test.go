@@ -40,6 +40,7 @@ var wantParameterDefaults = map[string]string{
 	"StartingPosition":           "TRIM_HORIZON",
 	"ConsumerTimeoutSeconds":     "60",
 	"MaxRecordAttempts":          "5",
+	"OnPark":                     "continue",
 	"MaxConcurrency":             "16",
 	"ReconcileSchedule":          "rate(5 minutes)",
 	"SettleAfter":                "30m",
@@ -165,6 +166,7 @@ var (
 		config.EnvTargetQueueURL:    {"TargetQueue"},
 		config.EnvPayloadBucket:     {"PayloadBucket"},
 		config.EnvMaxRecordAttempts: {"MaxRecordAttempts"},
+		config.EnvOnPark:            {"OnPark"},
 		config.EnvMaxConcurrency:    {"MaxConcurrency"},
 		config.EnvDedupeKey:         {"DedupeKey"},
 		config.EnvLedgerTTL:         {"LedgerTTL"},
@@ -611,7 +613,7 @@ func (g grants) add(actions []string, resources ...string) {
 
 var (
 	streamRead = []string{"kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards"}
-	stateRW    = []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem"}
+	stateRW    = []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem", "dynamodb:BatchGetItem", "dynamodb:DeleteItem"} // BatchGetItem: key holds (ON_PARK=hold-key); DeleteItem: markers released, holds released
 	logWrite   = []string{"logs:CreateLogStream", "logs:PutLogEvents"}
 )
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 )
 
@@ -23,6 +24,8 @@ type redriveOutput struct {
 	Skipped        int `json:"skipped"`
 	Invalid        int `json:"invalid"`
 	DeleteFailures int `json:"delete_failures"`
+	Held           int `json:"held"`     // left behind a held key's head not applied yet (ON_PARK=hold-key)
+	Released       int `json:"released"` // held keys released: every held record applied in order
 }
 
 func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -35,7 +38,10 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"read back from S3 and checked; one parked by reference by an older release is re-read from the\n"+
 			"stream). A record that succeeds is forwarded by the default Process and its message\n"+
 			"deleted; one that fails its whole budget is parked again (a new message) and the old one\n"+
-			"deleted; anything else stays in the queue. Progress on stderr, summary on stdout.\n"+
+			"deleted; anything else stays in the queue. Records of a held key (ON_PARK=hold-key) are\n"+
+			"redriven in the order they were parked, head first; the key is released once all are\n"+
+			"applied, and nothing behind a head that fails again is applied. Progress on stderr,\n"+
+			"summary on stdout.\n"+
 			"Exits 1 when some message was left in the queue.")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
@@ -52,6 +58,9 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	d, err := reconcile.NewRedriver(c.sqs, o.parkedQueue, c.kin, p,
 		reconcile.RedriveConfig{Group: o.group, Stream: o.stream, MaxRecordAttempts: o.maxAttempts, MaxMessages: *maxMessages, VisibilityTimeout: *visibility},
+		// Held keys (ON_PARK=hold-key) are redriven in order and released; without holds in the
+		// table this costs one GetItem per partition key seen.
+		reconcile.WithRedriveHolds(dedupe.NewHolds(c.ddb, o.dedupeTable)),
 		reconcile.WithRedriveLogger(log), reconcile.WithRedrivePayloads(c.s3), reconcile.WithRedriveProgress(func(ev reconcile.RedriveEvent) {
 			line := fmt.Sprintf("redrive %s: %s", orDash(ev.RecordID, ev.MessageID), ev.Outcome)
 			if ev.Attempts > 0 {
@@ -67,7 +76,8 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	rep, err := d.Run(ctx)
 	out := redriveOutput{Received: rep.Received, Processed: rep.Processed, Duplicates: rep.Duplicates, ParkedAgain: rep.ParkedAgain,
-		Left: rep.Left, Skipped: rep.Skipped, Invalid: rep.Invalid, DeleteFailures: rep.DeleteFailures}
+		Left: rep.Left, Skipped: rep.Skipped, Invalid: rep.Invalid, DeleteFailures: rep.DeleteFailures,
+		Held: rep.Held, Released: rep.Released}
 	if o.jsonOut {
 		if jerr := writeJSON(stdout, out); jerr != nil {
 			return jerr
@@ -75,12 +85,15 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "%d parked messages: %d processed, %d already done, %d parked again, %d left in the queue, %d skipped, %d invalid\n",
 			out.Received, out.Processed, out.Duplicates, out.ParkedAgain, out.Left, out.Skipped, out.Invalid)
+		if out.Held+out.Released > 0 {
+			fmt.Fprintf(stdout, "held keys: %d released, %d records still held behind a head not applied\n", out.Released, out.Held)
+		}
 	}
 	if err != nil {
 		return err
 	}
-	if rep.Left+rep.Invalid > 0 {
-		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", rep.Left+rep.Invalid)
+	if rep.Left+rep.Invalid+rep.Held > 0 {
+		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", rep.Left+rep.Invalid+rep.Held)
 	}
 	return nil
 }

@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 )
 
@@ -36,6 +41,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	from := fs.String("from", "", "first sequence number of the range (required)")
 	to := fs.String("to", "", "last sequence number of the range, inclusive (required)")
 	recordFilter := filterFlag(fs)
+	onPark := fs.String("on-park", envOrDefault(os.Getenv(config.EnvOnPark), config.OnParkContinue),
+		"what a parked record means for later records of its key, as the functions' ON_PARK: continue or hold-key (default $"+config.EnvOnPark+" or continue)")
 	setHelp(fs, "replay --shard S --from A --to B [flags]",
 		"Re-reads exactly the records A..B of shard S (GetShardIterator AT_SEQUENCE_NUMBER A) and runs\n"+
 			"those the ledger lacks through the same pipeline as the consumer: the default Process\n"+
@@ -47,6 +54,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *shardID == "" || *from == "" || *to == "" {
 		return usagef("--shard, --from and --to are required")
 	}
+	if *onPark != config.OnParkContinue && *onPark != config.OnParkHoldKey {
+		return usagef("--on-park %q: must be %s or %s", *onPark, config.OnParkContinue, config.OnParkHoldKey)
+	}
 	flt, err := recordFilter()
 	if err != nil {
 		return err
@@ -57,7 +67,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	log := cliLogger(stderr)
 	ledger := o.newLedger(c, log)
-	p, err := buildPipeline(ctx, c, o, ledger, ledger, log)
+	var extra []pipeline.Option
+	if *onPark == config.OnParkHoldKey { // a replay must not apply a record of a held key
+		extra = append(extra, pipeline.WithHoldKey(pipeline.HoldStore{H: dedupe.NewHolds(c.ddb, o.dedupeTable)}))
+	}
+	p, err := buildPipeline(ctx, c, o, ledger, ledger, log, extra...)
 	if err != nil {
 		return err
 	}
@@ -95,3 +109,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // default, 1s, is for unattended runs; an operator waiting takes two of the shard's five reads
 // per second).
 const reconcileCLIReadInterval = 400 * time.Millisecond
+
+func envOrDefault(v, def string) string {
+	if v = strings.TrimSpace(v); v != "" {
+		return v
+	}
+	return def
+}

@@ -218,7 +218,7 @@ func (o *opsOptions) newLedger(c opsClients, log *slog.Logger) pipeline.DedupeLe
 	return pipeline.DedupeLedger{L: dedupe.New(c.ddb, o.dedupeTable, opts...)}
 }
 
-func buildPipeline(ctx context.Context, c opsClients, o *opsOptions, ledger pipeline.Ledger, claimer pipeline.Claimer, log *slog.Logger) (*pipeline.Pipeline, error) {
+func buildPipeline(ctx context.Context, c opsClients, o *opsOptions, ledger pipeline.Ledger, claimer pipeline.Claimer, log *slog.Logger, extra ...pipeline.Option) (*pipeline.Pipeline, error) {
 	parked, err := c.queueURL(ctx, o.parkedQueue)
 	if err != nil {
 		return nil, err
@@ -236,7 +236,7 @@ func buildPipeline(ctx context.Context, c opsClients, o *opsOptions, ledger pipe
 	return pipeline.New(ledger, pipeline.CheckpointStore{S: checkpoint.New(c.ddb, o.checkpointTable)},
 		park.New(c.sqs, parked, park.WithPayloadBucket(c.s3, o.payloadBucket)),
 		process.New(c.sqs, target, process.WithPayloadBucket(c.s3, o.payloadBucket)),
-		cfg, pipeline.WithLogger(log), pipeline.WithClaimer(claimer))
+		cfg, append([]pipeline.Option{pipeline.WithLogger(log), pipeline.WithClaimer(claimer)}, extra...)...)
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -40,10 +40,16 @@ func TestSetup(t *testing.T) {
 	if _, err := setup(context.Background(), env(fullEnv()), &bytes.Buffer{}); err != nil {
 		t.Fatalf("complete configuration: %v", err)
 	}
+	held := fullEnv()
+	held[config.EnvOnPark] = config.OnParkHoldKey
+	if _, err := setup(context.Background(), env(held), &bytes.Buffer{}); err != nil {
+		t.Fatalf("ON_PARK=hold-key: %v", err)
+	}
 	for _, tc := range []struct{ name, key, value string }{
 		{"missing group", config.EnvGroup, ""},
 		{"bad attempts", config.EnvMaxRecordAttempts, "zero"},
 		{"bad dedupe key", config.EnvDedupeKey, "a..b"},
+		{"unknown on-park mode", config.EnvOnPark, "hold"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := fullEnv()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,17 @@ const (
 	EnvStreamARN         = "STREAM_ARN"
 	EnvSettleAfter       = "SETTLE_AFTER"
 	EnvMaxRecordAge      = "MAXIMUM_RECORD_AGE_SECONDS"
+	EnvOnPark            = "ON_PARK"
+)
+
+// ON_PARK values: what a parked record means for the later records of its partition key.
+const (
+	// OnParkContinue (the default): a parked record counts as done and later records of its key
+	// go on.
+	OnParkContinue = "continue"
+	// OnParkHoldKey: once a record is parked its key is held; later records of the key are parked
+	// behind it until `gapless redrive` applies them in order (docs/consumer.md, "Holding a key").
+	OnParkHoldKey = "hold-key"
 )
 
 // Defaults.
@@ -96,6 +108,7 @@ type Common struct {
 	// processes a record it drops and the reconciler counts such records as accounted for. nil
 	// (unset): no filter. See filter.go.
 	RecordFilter *filter.Filter
+	OnPark       string // OnParkContinue or OnParkHoldKey (ON_PARK)
 }
 
 // Consumer is the consumer function's configuration.
@@ -222,6 +235,7 @@ func (p *parser) common() Common {
 		LedgerTTL:         p.duration(EnvLedgerTTL, DefaultLedgerTTL),
 		LogPayloads:       p.boolean(EnvLogPayloads, false),
 		RecordFilter:      p.recordFilter(),
+		OnPark:            p.oneOf(EnvOnPark, OnParkContinue, OnParkContinue, OnParkHoldKey),
 	}
 	if c.Group != "" {
 		if err := (recordid.Shard{Group: c.Group, Stream: "s", ShardID: "s"}).Validate(); err != nil {
@@ -281,6 +295,19 @@ func (p *parser) duration(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// oneOf reads a variable that must be one of allowed (def when unset).
+func (p *parser) oneOf(name, def string, allowed ...string) string {
+	v := strings.TrimSpace(p.getenv(name))
+	if v == "" {
+		return def
+	}
+	if !slices.Contains(allowed, v) {
+		p.fail(name, v, "must be one of "+strings.Join(allowed, ", "))
+		return def
+	}
+	return v
 }
 
 func (p *parser) boolean(name string, def bool) bool {

@@ -27,6 +27,19 @@ func TestLoadConsumerDefaults(t *testing.T) {
 	}
 }
 
+// TestOnPark: ON_PARK is continue by default and hold-key when asked, for both functions.
+func TestOnPark(t *testing.T) {
+	for _, tt := range []struct{ set, want string }{{"", OnParkContinue}, {"continue", OnParkContinue}, {" hold-key ", OnParkHoldKey}} {
+		m := base()
+		m[EnvOnPark] = tt.set
+		c, err := LoadConsumer(env(m))
+		r, rerr := LoadReconciler(env(m))
+		if err != nil || rerr != nil || c.OnPark != tt.want || r.OnPark != tt.want {
+			t.Errorf("ON_PARK=%q: consumer %q %v, reconciler %q %v; want %q", tt.set, c.OnPark, err, r.OnPark, rerr, tt.want)
+		}
+	}
+}
+
 // TestConsumerStreamIsOptional: STREAM_NAME is read when set (the consumer then checks the
 // events' stream against it) and not required.
 func TestConsumerStreamIsOptional(t *testing.T) {
@@ -66,6 +79,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"bucket with two periods", map[string]string{EnvPayloadBucket: "a..b"}, "", EnvPayloadBucket},
 		{"bucket as an IP address", map[string]string{EnvPayloadBucket: "192.168.5.4"}, "", EnvPayloadBucket},
 		{"bucket as a URL", map[string]string{EnvPayloadBucket: "s3://orders"}, "", EnvPayloadBucket},
+		{"unknown on-park mode", map[string]string{EnvOnPark: "hold"}, "", `ON_PARK="hold" must be one of continue, hold-key`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -108,6 +108,9 @@ type Message struct {
 	LastError    string    `json:"lastError"`
 	Source       string    `json:"source"` // consumer | reconciler | redrive
 	ParkedAt     time.Time `json:"parkedAt"`
+	// HeldBehind (ON_PARK=hold-key) names the record id this record is parked behind: it was not
+	// processed because an earlier record of its partition key is parked. Empty for the head.
+	HeldBehind string `json:"heldBehind,omitempty"`
 	// ParkID is unique to this park (16 hex digits): two parks of one record are two messages.
 	ParkID string `json:"parkId,omitempty"`
 	// Data is the payload (base64 in JSON). Empty when PayloadS3 names it (or ByRef).
@@ -131,6 +134,7 @@ type Record struct {
 	Data         []byte
 	Attempts     int
 	LastError    string
+	HeldBehind   string // see Message.HeldBehind
 	Source       string
 }
 
@@ -223,7 +227,7 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 		Version: Version, RecordID: r.ID.String(), Group: r.Shard.Group, Stream: r.Shard.Stream,
 		ShardID: r.ID.ShardID, Seq: r.ID.Seq, Sub: r.ID.Sub, PartitionKey: r.PartitionKey,
 		ArrivalTime: r.ArrivalTime.UTC(), Attempts: r.Attempts, LastError: truncate(r.LastError, maxErrorBytes),
-		Source: r.Source, ParkedAt: p.now().UTC(), ParkID: p.nonce(), Data: r.Data,
+		Source: r.Source, ParkedAt: p.now().UTC(), ParkID: p.nonce(), Data: r.Data, HeldBehind: r.HeldBehind,
 		DataBytes: len(r.Data), DataSHA256: hex.EncodeToString(sum[:]),
 	}
 	if m.Data == nil {

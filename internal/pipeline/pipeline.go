@@ -282,6 +282,7 @@ type Pipeline struct {
 	log        *slog.Logger
 	now        func() time.Time
 	lease      time.Duration
+	holder     Holder // ON_PARK=hold-key (hold.go); nil: continue
 }
 
 // Option configures a Pipeline.
@@ -373,6 +374,10 @@ type Result struct {
 	DeadMarkers         int // dead markers of other invocations seen on the batch
 	LiveMarkers         int // live markers of other invocations seen on the batch
 	MarkerWriteFailures int // marker writes that failed (a crash would then go uncounted)
+
+	// Key holds (ON_PARK=hold-key, hold.go).
+	HeldParked  int // the part of Parked parked behind a held key without running
+	HoldRereads int // key holds read again after the Lookup (a parked record of a key read as not held)
 }
 
 type status uint8
@@ -395,6 +400,7 @@ const (
 	planHeld                     // another invocation's live marker holds it (or an earlier record of its key)
 	planIsolated                 // beyond the isolation window
 	planDead                     // proven killer: park without running
+	planHoldKey                  // its partition key is held: park behind the head without running (hold.go)
 )
 
 type outcome struct {
@@ -406,7 +412,9 @@ type outcome struct {
 	abandoned bool
 	held      bool
 	isolated  bool
-	died      bool // parked for dead attempts
+	died      bool        // parked for dead attempts
+	heldKey   bool        // parked behind its key's hold without running (hold.go)
+	head      recordid.ID // the head of its key's hold, when parked with hold-key on
 	attempts  int
 	err       error
 }
@@ -438,6 +446,7 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	deadline := earliest(limit, started.Add(p.lease))
 	mine := Marker{Nonce: newNonce(), First: first, Last: last, IDs: batchIDs(&b), Started: started, Deadline: deadline, Source: b.Source}
 	mk.mine, mk.cur, mk.limit = mine, mine, limit
+	holds := p.readHolds(ctx, &b) // beside the lookup too (hold.go)
 	var markWG sync.WaitGroup
 	if mk.marking != nil {
 		markWG.Go(func() { mk.write(ctx, mine) })
@@ -452,7 +461,13 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 		return res, fmt.Errorf("%w: lookup %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
 	}
 
+	heads, err := holds.wait(ctx, &b, view, &res)
+	if err != nil {
+		mk.release(ctx)
+		return res, fmt.Errorf("%w: key holds %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
+	}
 	pl := p.plan(&b, view, mine)
+	applyHolds(&b, view, pl, heads)
 	res.IsolationWindow, res.DeadMarkers, res.LiveMarkers = pl.window, pl.dead, pl.live
 	if pl.narrow != nil {
 		// Isolating or racing: the marker must name exactly what this run will attempt, or a
@@ -630,7 +645,8 @@ type plan struct {
 	runnable   int
 	headDeaths int
 	headSeq    string
-	dead, live int // foreign markers seen (not completed)
+	dead, live int                    // foreign markers seen (not completed)
+	heads      map[string]recordid.ID // held partition keys -> head (hold.go)
 }
 
 // plan classifies the batch's records (see the package comment, "In-flight markers").
@@ -837,12 +853,19 @@ func (r *batchRun) hand(i int, o outcome) bool {
 
 func (r *batchRun) lane(ctx, procCtx context.Context, lane []int) {
 	blocked := false
+	var behind recordid.ID // hold-key: the head this lane's key is held behind
 	for _, i := range lane {
 		var o outcome
 		ran := false
 		switch {
 		case blocked:
 			o.status, o.err = statusFailed, ErrKeyBlocked
+		case r.isHeld(i, behind):
+			if !r.begin(i) {
+				return
+			}
+			r.parkHeld(ctx, &r.b.Records[i], i, behind, &o)
+			ran = true
 		case r.plan.kinds[i] == planDead:
 			if !r.begin(i) {
 				return
@@ -863,6 +886,7 @@ func (r *batchRun) lane(ctx, procCtx context.Context, lane []int) {
 		}
 		if ran {
 			blocked = o.status == statusFailed
+			behind = r.nextBehind(&o, behind)
 		}
 	}
 }
@@ -953,9 +977,13 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 		o.status = statusFailed
 		return
 	}
+	heldBehind, ok := r.holdHead(ctx, rec, o) // hold-key: the hold is written before the park
+	if !ok {
+		return
+	}
 	pr, perr := p.parker.Park(ctx, park.Record{
 		ID: rec.ID, Shard: r.b.Shard, PartitionKey: rec.PartitionKey, ArrivalTime: rec.ArrivalTime,
-		Data: rec.Data, Attempts: o.attempts, LastError: err.Error(), Source: r.b.Source,
+		Data: rec.Data, Attempts: o.attempts, LastError: err.Error(), Source: r.b.Source, HeldBehind: heldBehind,
 	})
 	switch {
 	case perr != nil:
@@ -1001,9 +1029,12 @@ func (p *Pipeline) tally(b *Batch, outcomes []outcome, res *Result) Entry {
 			res.Parked++
 			e.Done = append(e.Done, id)
 			e.Parked = append(e.Parked, id)
-			if o.died {
+			switch {
+			case o.heldKey:
+				res.HeldParked++ // not run: no attempt
+			case o.died:
 				res.DeadParked++ // its last attempt was a death, counted by the marker
-			} else {
+			default:
 				e.Failed = append(e.Failed, id) // its last attempt failed too
 			}
 			if o.abandoned {

@@ -143,6 +143,7 @@ const (
 	OutcomeLeft        Outcome = "left"         // not accounted for (see Err); message stays in the queue
 	OutcomeSkipped     Outcome = "skipped"      // another group, stream or this session's own park; stays
 	OutcomeInvalid     Outcome = "invalid"      // not a parked-record message; stays (logged at ERROR)
+	OutcomeHeld        Outcome = "held"         // behind a held key's head that is not applied yet; stays
 )
 
 // RedriveEvent is reported for every message handled.
@@ -158,6 +159,9 @@ type RedriveEvent struct {
 type RedriveReport struct {
 	Received, Processed, Duplicates, ParkedAgain, Left, Skipped, Invalid int
 	DeleteFailures                                                       int
+	// Key holds (WithRedriveHolds): records left held behind a head not applied yet, and keys
+	// released (every held record applied in order).
+	Held, Released int
 }
 
 // ErrPayloadGone: a record parked by reference (by a release before payloads went to S3) is no
@@ -175,6 +179,7 @@ type Redriver struct {
 	log      *slog.Logger
 	progress func(RedriveEvent)
 	now      func() time.Time
+	holds    RedriveHolds // ON_PARK=hold-key (redrive_hold.go)
 }
 
 // RedriveOption configures a Redriver.
@@ -242,6 +247,7 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 		}
 	}()
 	started := d.now()
+	held := d.heldSession()
 	for d.cfg.MaxMessages == 0 || rep.Received < d.cfg.MaxMessages {
 		n := int32(10)
 		if d.cfg.MaxMessages > 0 {
@@ -264,6 +270,9 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 			seen[id] = true
 			fresh++
 			rep.Received++
+			if held.take(ctx, m) {
+				continue // a record of a held key: redriven in order after the receive loop
+			}
 			ev := d.handle(ctx, m, started, &rep)
 			switch ev.Outcome {
 			case OutcomeLeft, OutcomeSkipped, OutcomeInvalid:
@@ -291,11 +300,18 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 			break
 		}
 	}
+	keep = append(keep, held.run(ctx, started, &rep)...)
 	return rep, nil
 }
 
 // handle redrives one message.
 func (d *Redriver) handle(ctx context.Context, m sqstypes.Message, started time.Time, rep *RedriveReport) RedriveEvent {
+	return d.handleThen(ctx, m, started, rep, nil)
+}
+
+// handleThen is handle calling before (when not nil) once the record is accounted for and before
+// its message is deleted: an error from it leaves the message in the queue (OutcomeLeft).
+func (d *Redriver) handleThen(ctx context.Context, m sqstypes.Message, started time.Time, rep *RedriveReport, before func(Outcome) error) RedriveEvent {
 	ev := RedriveEvent{MessageID: aws.ToString(m.MessageId)}
 	pm, err := park.Decode(aws.ToString(m.Body))
 	if err != nil {
@@ -353,6 +369,13 @@ func (d *Redriver) handle(ctx context.Context, m sqstypes.Message, started time.
 			ev.Outcome, ev.Err = OutcomeLeft, failureErr(res)
 			log.ErrorContext(ctx, "redrive attempt not made: left in the queue", "error", ev.Err)
 			return ev
+		}
+		if before != nil {
+			if err := before(ev.Outcome); err != nil {
+				log.ErrorContext(ctx, "redriven record accounted for, but its key's hold could not be moved on: left in the queue", "outcome", string(ev.Outcome), "error", err)
+				ev.Outcome, ev.Err = OutcomeLeft, err
+				return ev
+			}
 		}
 		if _, err := d.q.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(d.url), ReceiptHandle: m.ReceiptHandle}); err != nil {
 			// The record is accounted for; the message comes back after the visibility timeout

@@ -89,6 +89,10 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 	}
 	cps := checkpoint.New(ddb, cfg.CheckpointTable)
 	ledger := pipeline.DedupeLedger{L: dedupe.New(ddb, cfg.DedupeTable, dedupe.WithTTL(cfg.LedgerTTL), dedupe.WithLogger(logger))}
+	popts := []pipeline.Option{pipeline.WithLogger(logger), pipeline.WithClaimer(ledger), batchSink(o, sqsClient, objects, cfg)}
+	if cfg.OnPark == config.OnParkHoldKey {
+		popts = append(popts, pipeline.WithHoldKey(pipeline.HoldStore{H: dedupe.NewHolds(ddb, cfg.DedupeTable)}))
+	}
 	p, err := pipeline.New(
 		ledger,
 		pipeline.CheckpointStore{S: cps},
@@ -98,7 +102,7 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 			MaxRecordAttempts: cfg.MaxRecordAttempts, MaxConcurrency: cfg.MaxConcurrency,
 			DeadlineMargin: deadlineMargin, DedupeKey: cfg.DedupeKey, LogPayloads: cfg.LogPayloads,
 		},
-		pipeline.WithLogger(logger), pipeline.WithClaimer(ledger), batchSink(o, sqsClient, objects, cfg),
+		popts...,
 	)
 	if err != nil {
 		return Parts{}, err
