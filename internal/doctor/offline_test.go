@@ -85,7 +85,7 @@ func TestEachFindingOffline(t *testing.T) {
 		gone  []string // findings of the real template that disappear
 	}{
 		{name: "no ReportBatchItemFailures",
-			edit:  edit("FunctionResponseTypes: [ReportBatchItemFailures]\n            DestinationConfig:", "DestinationConfig:"),
+			edit:  edit("FunctionResponseTypes: [ReportBatchItemFailures]\n            # Only when RecordFilter", "# Only when RecordFilter"),
 			added: []string{"mapping.report-batch-item-failures"}},
 		{name: "no Kinesis event",
 			edit:  edit("          Type: Kinesis\n", "          Type: DynamoDB\n"),
