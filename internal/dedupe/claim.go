@@ -145,13 +145,18 @@ func claimExpired(it map[string]types.AttributeValue, now int64) bool {
 }
 
 func claimOwner(it map[string]types.AttributeValue) (recordid.ID, error) {
-	s, ok := it[attrOwner].(*types.AttributeValueMemberS)
+	return recordAttr(it, attrOwner, "claim owner")
+}
+
+// recordAttr reads the record id stored in attribute name of it (what names it in errors).
+func recordAttr(it map[string]types.AttributeValue, name, what string) (recordid.ID, error) {
+	s, ok := it[name].(*types.AttributeValueMemberS)
 	if !ok {
-		return recordid.ID{}, fmt.Errorf("%w: claim without a string owner", ErrCorrupt)
+		return recordid.ID{}, fmt.Errorf("%w: %s is not a string", ErrCorrupt, what)
 	}
 	id, err := recordid.Parse(s.Value)
 	if err != nil {
-		return recordid.ID{}, fmt.Errorf("%w: claim owner %q: %w", ErrCorrupt, s.Value, err)
+		return recordid.ID{}, fmt.Errorf("%w: %s %q: %w", ErrCorrupt, what, s.Value, err)
 	}
 	return id, nil
 }

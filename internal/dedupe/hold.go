@@ -348,13 +348,5 @@ func (h *Holds) Release(ctx context.Context, group, key string, n int) error {
 }
 
 func holdHead(it map[string]types.AttributeValue) (recordid.ID, error) {
-	s, ok := it[attrHead].(*types.AttributeValueMemberS)
-	if !ok {
-		return recordid.ID{}, fmt.Errorf("%w: hold without a string head", ErrCorrupt)
-	}
-	id, err := recordid.Parse(s.Value)
-	if err != nil {
-		return recordid.ID{}, fmt.Errorf("%w: hold head %q: %w", ErrCorrupt, s.Value, err)
-	}
-	return id, nil
+	return recordAttr(it, attrHead, "hold head")
 }

@@ -278,23 +278,8 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 			case OutcomeLeft, OutcomeSkipped, OutcomeInvalid:
 				keep = append(keep, m.ReceiptHandle)
 			}
-			switch ev.Outcome {
-			case OutcomeProcessed:
-				rep.Processed++
-			case OutcomeDuplicate:
-				rep.Duplicates++
-			case OutcomeParkedAgain:
-				rep.ParkedAgain++
-			case OutcomeLeft:
-				rep.Left++
-			case OutcomeSkipped:
-				rep.Skipped++
-			case OutcomeInvalid:
-				rep.Invalid++
-			}
-			if d.progress != nil {
-				d.progress(ev)
-			}
+			d.count(&rep, ev)
+			d.report(ev)
 		}
 		if fresh == 0 || ctx.Err() != nil {
 			break
