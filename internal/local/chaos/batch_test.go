@@ -11,6 +11,7 @@ import (
 
 	"github.com/gapless-dev/gapless"
 	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
 // firstFault names a record whose first attempt under cfg is kind: "crash", "hang", "panic",
@@ -153,5 +154,27 @@ func TestWrapBatch(t *testing.T) {
 				t.Errorf("crash hook called for %v, want once", crashed)
 			}
 		})
+	}
+}
+
+// TestWrapSink: the pipeline's batch form gets the same per-record faults as WrapBatch's.
+func TestWrapSink(t *testing.T) {
+	c, err := New(Config{Seed: 1, Poison: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []pipeline.Record{
+		{ID: recordid.ID{ShardID: "shardId-000000000000", Seq: "1"}, Data: []byte(`{"id":"a","poison":true}`)},
+		{ID: recordid.ID{ShardID: "shardId-000000000000", Seq: "2"}, Data: []byte(`{"id":"b"}`)},
+	}
+	var got []string
+	errs := c.WrapSink(func(_ context.Context, in []pipeline.Record) []error {
+		for _, r := range in {
+			got = append(got, r.ID.Seq)
+		}
+		return make([]error, len(in))
+	})(context.Background(), recs)
+	if len(errs) != 2 || !errors.Is(errs[0], ErrPoison) || errs[1] != nil || !slices.Equal(got, []string{"2"}) {
+		t.Fatalf("outcomes %v, next got %v; want poison then nil, next got [2]", errs, got)
 	}
 }

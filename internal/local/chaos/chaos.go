@@ -387,14 +387,24 @@ func (c *Chaos) WrapRecord(next gapless.ProcessFunc) gapless.ProcessFunc {
 // in calls of their own (see internal/pipeline's WithBatchSink), and only the killer is parked.
 // A next that returns the wrong number of outcomes fails every record (pipeline.ErrSinkOutcomes).
 func (c *Chaos) WrapBatch(next gapless.BatchProcessFunc) gapless.BatchProcessFunc {
-	return func(ctx context.Context, recs []gapless.Record) []error {
+	return wrapWave(c, next, gapless.Record.ID, func(r gapless.Record) []byte { return r.Data })
+}
+
+// WrapSink is WrapBatch for the pipeline's batch form (the demo's in-process runtime).
+func (c *Chaos) WrapSink(next pipeline.BatchFunc) pipeline.BatchFunc {
+	return wrapWave(c, next, func(r pipeline.Record) string { return r.ID.String() }, func(r pipeline.Record) []byte { return r.Data })
+}
+
+// wrapWave is WrapBatch for a record type R named by id with payload data.
+func wrapWave[R any](c *Chaos, next func(context.Context, []R) []error, id func(R) string, data func(R) []byte) func(context.Context, []R) []error {
+	return func(ctx context.Context, recs []R) []error {
 		errs := make([]error, len(recs))
 		var wg sync.WaitGroup
 		for j, r := range recs {
-			wg.Go(func() { errs[j] = c.beforeRecovered(ctx, r.ID(), r.Data) })
+			wg.Go(func() { errs[j] = c.beforeRecovered(ctx, id(r), data(r)) })
 		}
 		wg.Wait()
-		var pass []gapless.Record
+		var pass []R
 		var at []int
 		for j, err := range errs {
 			if err == nil {
