@@ -133,8 +133,8 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 // retried reports whether record i has a failed attempt behind it (recorded failures, or deaths
 // of invocations that ran it alone): such a record is sent in a call of its own.
 //
-// Why: an outcome of a wave call may not be the record's own. A call still
-// running at the wait limit is abandoned and every record of it counts a failed attempt
+// Why: an outcome of a wave call may not be the record's own. A call still running at the wait
+// limit is abandoned and every record of it counts a failed attempt
 // (ErrAbandoned); a panic fails every record of it (ErrPanic). A record that does this on every
 // attempt (a hang or panic killer) would charge the records sharing its wave an attempt each time
 // and take them to MaxRecordAttempts and the parked queue with it. The ledger counts attempts,
@@ -143,8 +143,9 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 // attempt), and the killer, alone from its second attempt on, uses up its own attempts and is
 // parked alone. Per-key order is unchanged: a lane still has at most one record in the sink, and
 // the calls of one round (the shared wave and the lone records) run concurrently, so a lone
-// record that is slow does not delay the others' outcomes. The price is one sink request per
-// retried record.
+// record that hangs does not hold back the others' outcomes (the next round waits for it: the
+// records behind it are then not started, failed but not attempted). The price is one sink
+// request per retried record.
 func (r *batchRun) retried(i int) bool {
 	return r.plan.attempts(r.view, i, r.b.Records[i].ID) > 0
 }
