@@ -35,7 +35,9 @@ type batchSink struct {
 // hands over every ready record. Everything else is as for Process: per-key order (a failure stops
 // its key), attempts and parking, business-key claims (made before the wave, per record), the
 // deadline (the call gets the Process context; a call still running at the wait limit is
-// abandoned and each of its records is a failed attempt, ErrAbandoned) and panics.
+// abandoned and each of its records is a failed attempt, ErrAbandoned) and panics. A record with
+// a failed attempt behind it is sent in a call of its own, beside the wave, so a record that
+// hangs or panics its call every time is parked alone instead of with its wave (batchRun.retried).
 func WithBatchSink(f BatchFunc, chunk int) Option {
 	return func(p *Pipeline) {
 		if f != nil {
@@ -91,17 +93,61 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 			continue // the lanes' remaining records fail with ErrDeadline in advanceLane
 		}
 		slices.SortFunc(ready, func(a, b int) int { return head[a] - head[b] }) // oldest first
-		if c := r.p.batch.chunk; len(ready) > c {
-			ready = ready[:len(ready)/c*c]
+		// A record with a failed attempt behind it goes alone: its wave may have failed as a whole
+		// because of another record (a wave abandoned at the deadline, a panic), and a record that
+		// takes its wave down every time must then take down only itself (see retried).
+		var shared, alone []int
+		for _, k := range ready {
+			if r.retried(head[k]) {
+				alone = append(alone, k)
+			} else {
+				shared = append(shared, k)
+			}
 		}
-		if !r.sendWave(ctx, procCtx, ready, head) {
+		if c := r.p.batch.chunk; len(shared) > c {
+			shared = shared[:len(shared)/c*c]
+		}
+		calls := make([][]int, 0, len(alone)+1)
+		if len(shared) > 0 {
+			calls = append(calls, shared)
+		}
+		for _, k := range alone {
+			calls = append(calls, []int{k})
+		}
+		var gave atomic.Bool // Run abandoned the batch during a call
+		r.each(len(calls), func(c int) {
+			if !r.sendWave(ctx, procCtx, calls[c], head) {
+				gave.Store(true)
+			}
+		})
+		if gave.Load() {
 			return
 		}
-		for _, k := range ready {
+		for _, k := range slices.Concat(calls...) {
 			blocked[k] = r.outcomes[head[k]].status == statusFailed
 			head[k], pos[k] = -1, pos[k]+1
 		}
 	}
+}
+
+// retried reports whether record i has a failed attempt behind it (recorded failures, or deaths
+// of invocations that ran it alone): such a record is sent in a call of its own.
+//
+// Why: an outcome of a wave call may not be the record's own. A call still running at the wait
+// limit is abandoned and every record of it counts a failed attempt
+// (ErrAbandoned); a panic fails every record of it (ErrPanic). A record that does this on every
+// attempt (a hang or panic killer) would charge the records sharing its wave an attempt each time
+// and take them to MaxRecordAttempts and the parked queue with it. The ledger counts attempts,
+// not their causes, so the rule is on the count: a record shares a wave only on its first
+// attempt. An innocent record is then charged for someone else's fault at most once (its first
+// attempt), and the killer, alone from its second attempt on, uses up its own attempts and is
+// parked alone. Per-key order is unchanged: a lane still has at most one record in the sink, and
+// the calls of one round (the shared wave and the lone records) run concurrently, so a lone
+// record that hangs does not hold back the others' outcomes (the next round waits for it: the
+// records behind it are then not started, failed but not attempted). The price is one sink
+// request per retried record.
+func (r *batchRun) retried(i int) bool {
+	return r.plan.attempts(r.view, i, r.b.Records[i].ID) > 0
 }
 
 // advanceLane resolves lane records from *pos on until one needs the sink (stored in *head, not

@@ -42,8 +42,8 @@
 // record therefore faults on n consecutive attempts with probability rate^n.
 //
 // It is a test and demo tool, not business logic: the consumer and reconciler mains wrap their
-// Process with it only when built with -tags gapless_chaos (BuildTag) and GAPLESS_CHAOS is set
-// (see Options).
+// Process and its batch form with it only when built with -tags gapless_chaos (BuildTag) and
+// GAPLESS_CHAOS is set (see Options).
 package chaos
 
 import (
@@ -327,8 +327,9 @@ func FromEnv(getenv func(string) string) (*Chaos, error) {
 const BuildTag = "gapless_chaos"
 
 // Options returns the options of the public package (github.com/gapless-dev/gapless) that put
-// the Chaos configured by GAPLESS_CHAOS around a function's Process, or none when the variable
-// is unset. The function mains reach it only
+// the Chaos configured by GAPLESS_CHAOS around a function's Process and around its batch form
+// (WrapRecord and WrapBatch: one Chaos, so both share the attempt counts), or none when the
+// variable is unset. The function mains reach it only
 // when built with -tags gapless_chaos (their faults_chaos.go), which only the local harness
 // does (gapless demo, gapless invoke): a deployed build has no fault injection in it at all.
 func Options(getenv func(string) string) ([]gapless.Option, error) {
@@ -336,7 +337,9 @@ func Options(getenv func(string) string) ([]gapless.Option, error) {
 	if err != nil || c == nil {
 		return nil, err
 	}
-	return []gapless.Option{gapless.WithProcessWrapper(c.WrapRecord)}, nil
+	// Both forms: with the batch wrapper beside the Process wrapper the default bridge stays
+	// batched (SendMessageBatch waves), so the demo runs the default as deployed.
+	return []gapless.Option{gapless.WithProcessWrapper(c.WrapRecord), gapless.WithBatchWrapper(c.WrapBatch)}, nil
 }
 
 // Config returns the configuration.
@@ -366,6 +369,76 @@ func (c *Chaos) WrapRecord(next gapless.ProcessFunc) gapless.ProcessFunc {
 		}
 		return next(ctx, r)
 	}
+}
+
+// WrapBatch is WrapRecord for the batch form (what Options installs beside it; the default
+// bridge then stays batched). Each record of a wave gets the same per-attempt decision as a
+// Process call (Before), the records concurrently, as records of different keys run concurrently
+// record by record, so the slow faults of one wave overlap instead of adding up. The records that
+// pass go to next in one call, and the outcomes come back in the wave's order.
+//
+// A fault is its record's alone, as record by record: an injected error fails that record; an
+// injected panic fails that record with an error wrapping pipeline.ErrPanic, which is what the
+// pipeline makes of a Process that panics (one failed attempt of that record; the pipeline turns
+// a panic of the whole batch call into the failure of every record of the wave, a sink bug that
+// its own tests cover). A crash killer exits the process mid-wave (WithCrash); a hang killer
+// blocks its wave past the deadline margin, so the pipeline abandons the wave and counts an
+// attempt for every record of it, after which it sends records with a failed attempt behind them
+// in calls of their own (see internal/pipeline's WithBatchSink), and only the killer is parked.
+// A next that returns the wrong number of outcomes fails every record (pipeline.ErrSinkOutcomes).
+func (c *Chaos) WrapBatch(next gapless.BatchProcessFunc) gapless.BatchProcessFunc {
+	return wrapWave(c, next, gapless.Record.ID, func(r gapless.Record) []byte { return r.Data })
+}
+
+// WrapSink is WrapBatch for the pipeline's batch form (the demo's in-process runtime).
+func (c *Chaos) WrapSink(next pipeline.BatchFunc) pipeline.BatchFunc {
+	return wrapWave(c, next, func(r pipeline.Record) string { return r.ID.String() }, func(r pipeline.Record) []byte { return r.Data })
+}
+
+// wrapWave is WrapBatch for a record type R named by id with payload data.
+func wrapWave[R any](c *Chaos, next func(context.Context, []R) []error, id func(R) string, data func(R) []byte) func(context.Context, []R) []error {
+	return func(ctx context.Context, recs []R) []error {
+		errs := make([]error, len(recs))
+		var wg sync.WaitGroup
+		for j, r := range recs {
+			wg.Go(func() { errs[j] = c.beforeRecovered(ctx, id(r), data(r)) })
+		}
+		wg.Wait()
+		var pass []R
+		var at []int
+		for j, err := range errs {
+			if err == nil {
+				pass = append(pass, recs[j])
+				at = append(at, j)
+			}
+		}
+		if len(pass) == 0 {
+			return errs
+		}
+		out := next(ctx, pass)
+		if len(out) != len(pass) {
+			err := fmt.Errorf("%w: %d outcomes for %d records", pipeline.ErrSinkOutcomes, len(out), len(pass))
+			for _, j := range at {
+				errs[j] = err
+			}
+			return errs
+		}
+		for n, j := range at {
+			errs[j] = out[n]
+		}
+		return errs
+	}
+}
+
+// beforeRecovered is before with an injected panic turned into the record's error, as the
+// pipeline turns a panicking Process into its record's failure.
+func (c *Chaos) beforeRecovered(ctx context.Context, id string, data []byte) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("record %s: %w: %v", id, pipeline.ErrPanic, v)
+		}
+	}()
+	return c.before(ctx, id, data)
 }
 
 func (c *Chaos) before(ctx context.Context, id string, data []byte) error {

@@ -97,8 +97,8 @@ func TestFromEnv(t *testing.T) {
 	if _, err := Options(env("transient=lots")); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvVar) {
 		t.Fatalf("Options bad value: err = %v, want ErrConfig naming %s", err, EnvVar)
 	}
-	if opts, err := Options(env("seed=1")); len(opts) != 1 || err != nil {
-		t.Fatalf("Options on: %d options, %v; want one", len(opts), err)
+	if opts, err := Options(env("seed=1")); len(opts) != 2 || err != nil {
+		t.Fatalf("Options on: %d options, %v; want two (Process and batch wrappers)", len(opts), err)
 	}
 	base := func(context.Context, pipeline.Record) error { return nil }
 	poison := pipeline.Record{ID: recordid.ID{ShardID: "shardId-000000000000", Seq: "1"}, Data: []byte(`{"id":"p","poison":true}`)}

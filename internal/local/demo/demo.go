@@ -279,6 +279,8 @@ type ProxyFaults struct {
 	Throttled    int `json:"throttled"`
 	ServerErrors int `json:"server_errors"`
 	DroppedAfter int `json:"dropped_after_forward"`
+	// Operations counts the requests by operation (SendMessageBatch: the batched default bridge).
+	Operations map[string]int `json:"requests_by_operation,omitempty"`
 }
 
 // Settings echoes the configuration in the report.

@@ -114,6 +114,12 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Errorf("the functions did not go through the proxies: %+v %+v, %v requests/batch, %v WCU/record",
 			g.Faults.DynamoDB, g.Faults.SQS, res.DDBRequestsPerBatch, res.DDBWCUPerRecord)
 	}
+	// The functions ran the default bridge batched under the faults (chaos wraps its batch form
+	// too): the target queue got SendMessageBatch requests.
+	if g.Faults.SQS.Operations["SendMessageBatch"] == 0 {
+		t.Errorf("no SendMessageBatch request from the gapless functions: %v", g.Faults.SQS.Operations)
+	}
+	t.Logf("gapless SQS requests by operation: %v", g.Faults.SQS.Operations)
 
 	// The mapping alone on the same workload: every poison record is lost.
 	if b == nil || res.LostESMOnly == nil {

@@ -277,8 +277,8 @@ type killSwitch struct {
 	note  string
 }
 
-// killArm kills one in-process reconciler invocation: the first replayed record (a gap being
-// processed) cancels the invocation's context right after Process returns, so the batch's
+// killArm kills one in-process reconciler invocation: the first wave of replayed records (a gap
+// being processed) cancels the invocation's context right after the sink returns, so the batch's
 // ledger write never happens, like a runtime killed between processing and recording.
 type killArm struct {
 	mu     sync.Mutex
@@ -305,17 +305,17 @@ func (k *killArm) fired() bool {
 	return k.done
 }
 
-// killingProcess wraps the reconciler's Process: an armed invocation dies after its first record.
-func killingProcess(next pipeline.ProcessFunc, ks *killSwitch) pipeline.ProcessFunc {
-	return func(ctx context.Context, r pipeline.Record) error {
-		err := next(ctx, r)
-		if k, ok := ctx.Value(killKey{}).(*killArm); ok && k.fire() {
+// killingSink wraps the reconciler's batch sink: an armed invocation dies after its first wave.
+func killingSink(next pipeline.BatchFunc, ks *killSwitch) pipeline.BatchFunc {
+	return func(ctx context.Context, recs []pipeline.Record) []error {
+		errs := next(ctx, recs)
+		if k, ok := ctx.Value(killKey{}).(*killArm); ok && len(recs) > 0 && k.fire() {
 			ks.mu.Lock()
 			ks.kills++
-			ks.note = fmt.Sprintf("killed while replaying record %s", r.ID)
+			ks.note = fmt.Sprintf("killed while replaying record %s", recs[0].ID)
 			ks.mu.Unlock()
 		}
-		return err
+		return errs
 	}
 }
 
@@ -326,18 +326,21 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	build := func(ddbURL, sqsURL string, proc func(pipeline.ProcessFunc) pipeline.ProcessFunc, margin time.Duration) (*pipeline.Pipeline, *checkpoint.Store, error) {
+	// The default bridge in batch form (SendMessageBatch waves), as the mains wire it; the
+	// reconciler's sink carries the kill switch.
+	build := func(ddbURL, sqsURL string, sink func(pipeline.BatchFunc) pipeline.BatchFunc, margin time.Duration) (*pipeline.Pipeline, *checkpoint.Store, error) {
 		c := newClients(env.awsCfg, env.kinesisURL, ddbURL, sqsURL, false)
 		ledger := dedupe.New(c.ddb, env.ledgerTable)
 		cps := checkpoint.New(c.ddb, env.checkpointTable)
 		parker := park.New(c.sqs, env.parkedURL)
 		p, err := pipeline.New(pipeline.DedupeLedger{L: ledger}, pipeline.CheckpointStore{S: cps}, parker,
-			proc(ch.Wrap(process.New(c.sqs, env.targetURL))),
+			ch.Wrap(process.New(c.sqs, env.targetURL)),
 			pipeline.Config{MaxRecordAttempts: env.maxRecordAttempts, MaxConcurrency: config.DefaultMaxConcurrency, DeadlineMargin: margin},
-			pipeline.WithLogger(env.log))
+			pipeline.WithLogger(env.log),
+			pipeline.WithBatchSink(sink(ch.WrapSink(process.NewBatch(c.sqs, env.targetURL))), process.MaxBatchEntries))
 		return p, cps, err
 	}
-	same := func(p pipeline.ProcessFunc) pipeline.ProcessFunc { return p }
+	same := func(f pipeline.BatchFunc) pipeline.BatchFunc { return f }
 	cp, _, err := build(env.consumerDDB, env.consumerSQS, same, env.deadlineMargin)
 	if err != nil {
 		return nil, err
@@ -353,7 +356,7 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	}
 	hRace := consumer.NewHandler(racePipeline, env.group, env.log, consumer.WithFilter(flt))
 	ks := &killSwitch{}
-	rp, cps, err := build(env.reconcilerDDB, env.reconcilerSQS, func(p pipeline.ProcessFunc) pipeline.ProcessFunc { return killingProcess(p, ks) }, 2*time.Second)
+	rp, cps, err := build(env.reconcilerDDB, env.reconcilerSQS, func(f pipeline.BatchFunc) pipeline.BatchFunc { return killingSink(f, ks) }, 2*time.Second)
 	if err != nil {
 		return nil, err
 	}

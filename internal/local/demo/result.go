@@ -197,6 +197,12 @@ func faultCounts(ss ...faultproxy.Stats) ProxyFaults {
 		f.Throttled += t.Throttled
 		f.ServerErrors += t.ServerErrors
 		f.DroppedAfter += t.DroppedAfter
+		for op, n := range opRequests(s) {
+			if f.Operations == nil {
+				f.Operations = map[string]int{}
+			}
+			f.Operations[op] += n
+		}
 	}
 	return f
 }
