@@ -197,6 +197,11 @@ func mappingOf(m lambdatypes.EventSourceMappingConfiguration) *Mapping {
 	if m.MaximumBatchingWindowInSeconds != nil {
 		out.BatchingWindow = time.Duration(*m.MaximumBatchingWindowInSeconds) * time.Second
 	}
+	if m.FilterCriteria != nil {
+		for _, f := range m.FilterCriteria.Filters {
+			out.Filters = append(out.Filters, aws.ToString(f.Pattern))
+		}
+	}
 	if m.DestinationConfig != nil && m.DestinationConfig.OnFailure != nil {
 		out.OnFailure = aws.ToString(m.DestinationConfig.OnFailure.Destination)
 	}
