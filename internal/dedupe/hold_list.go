@@ -42,8 +42,11 @@ type ListedHold struct {
 // (pk "H|group|key", see hold.go), so no Query reaches them all: it is a Scan whose
 // FilterExpression keeps the group's hold items (sk "H" and a pk with the group's hold
 // prefixes). A Scan reads, and is billed for, every item of the table, filtered or not ("A
-// filter expression is applied after a Scan finishes, but before the results are returned",
-// DynamoDB developer guide, "Scanning tables"): maxScanned > 0 bounds the items read, and the
+// filter expression is applied after a Scan finishes but before the results are returned.
+// Therefore, a Scan consumes the same amount of read capacity, regardless of whether a filter
+// expression is present", DynamoDB developer guide, "Scanning tables in DynamoDB",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Scan.html): maxScanned > 0
+// bounds the items read (Scan's Limit, "the maximum number of items to evaluate"), and the
 // listing says whether it reached the end. Operator use only (gapless status); the functions
 // never call it.
 func ListHolds(ctx context.Context, client HoldScanAPI, table, group string, maxScanned int) (HoldListing, error) {
