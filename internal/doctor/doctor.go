@@ -46,7 +46,9 @@ type Mapping struct {
 	// State is the mapping's state live ("Enabled", "Disabled", …); "" offline.
 	State string
 	// Filters are the patterns of the mapping's FilterCriteria (none = every record is sent).
-	Filters []string
+	// FiltersUnknown: they could not be read (live: Lambda could not decrypt them).
+	Filters        []string
+	FiltersUnknown bool
 }
 
 // Schedule is the reconciler's scheduled trigger.

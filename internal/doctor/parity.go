@@ -44,7 +44,7 @@ var parityChecks = []Check{
 				patterns []string
 			}
 			var sides []side
-			if d.Mapping != nil {
+			if d.Mapping != nil && !d.Mapping.FiltersUnknown {
 				sides = append(sides, side{"the mapping's FilterCriteria", d.Mapping.Filters})
 			}
 			for _, fn := range d.functionEnvs() {
