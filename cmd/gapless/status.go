@@ -247,11 +247,15 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	maxRecords := fs.Int("max-records", 100000, "records read per shard at most (the lag beyond is shown as >=N)")
 	recordFilter := filterFlag(fs)
+	onPark := fs.String("on-park", envOrDefault(os.Getenv(config.EnvOnPark), config.OnParkContinue),
+		"the functions' ON_PARK: with hold-key, list the held keys (default $"+config.EnvOnPark+" or continue)")
+	maxHoldScan := fs.Int("max-hold-scan", 1000000, "ledger items read at most to list the held keys (a Scan of the ledger table; 0 = no limit)")
 	setHelp(fs, "status [flags]",
 		"Per shard of the stream: the checkpoint, the verified watermark, the lag, and the records\n"+
 			"between them that the ledger lacks (gaps), are in flight or parked; and the parked queue's\n"+
 			"depth. Reads the stream after each shard's verified watermark up to its checkpoint and looks\n"+
-			"those records up in the ledger. Read-only. With `. .local/stack.env` (after `make up`) every\n"+
+			"those records up in the ledger. With --on-park hold-key (or ON_PARK=hold-key), also the held\n"+
+			"keys, from a Scan of the ledger table (--max-hold-scan bounds it). Read-only. With `. .local/stack.env` (after `make up`) every\n"+
 			"name comes from the environment and no flag is needed.")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
@@ -259,6 +263,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	flt, err := recordFilter()
 	if err != nil {
 		return err
+	}
+	if *onPark != config.OnParkContinue && *onPark != config.OnParkHoldKey {
+		return usagef("--on-park %q: must be %s or %s", *onPark, config.OnParkContinue, config.OnParkHoldKey)
+	}
+	if *maxHoldScan < 0 {
+		return usagef("--max-hold-scan %d: must be 0 or more", *maxHoldScan)
 	}
 	c, err := o.connect(ctx, fs, stderr, "group", "stream", "checkpoint-table", "dedupe-table")
 	if err != nil {
@@ -287,6 +297,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			out.ParkedQueueMessages = &n
 		}
 	}
+	if *onPark == config.OnParkHoldKey {
+		l, err := dedupe.ListHolds(ctx, c.ddb, o.dedupeTable, o.group, *maxHoldScan)
+		if err != nil {
+			fmt.Fprintf(stderr, "held keys unavailable: %v\n", err)
+		} else {
+			out.Holds = holdsOf(l)
+		}
+	}
 	if o.jsonOut {
 		return writeJSON(stdout, out)
 	}
@@ -306,6 +324,40 @@ type statusOutput struct {
 	// ParkedQueueMessages is the parked queue's approximate depth (visible + in flight), when
 	// the queue is known.
 	ParkedQueueMessages *int `json:"parked_queue_messages,omitempty"`
+	// Holds are the group's held keys (ON_PARK=hold-key only).
+	Holds *holdsOutput `json:"holds,omitempty"`
+}
+
+// holdsOutput is the held keys of the group, as a Scan of the ledger table found them.
+type holdsOutput struct {
+	HeldKeys int `json:"held_keys"`
+	// Complete is false when the scan stopped at --max-hold-scan: HeldKeys is then a lower bound.
+	Complete bool `json:"complete"`
+	// LedgerItemsScanned is what the Scan read (and was billed for).
+	LedgerItemsScanned int             `json:"ledger_items_scanned"`
+	Keys               []heldKeyOutput `json:"keys"`
+}
+
+// heldKeyOutput is one held partition key.
+type heldKeyOutput struct {
+	// Key is the partition key, or "sha256:<hex>" (Hashed) for a key stored hashed.
+	Key    string `json:"key"`
+	Hashed bool   `json:"hashed,omitempty"`
+	// Head is the record parked first, which holds the key.
+	Head string `json:"head"`
+	// Held counts the records parked on the key, head included; Applied how many of them a
+	// redrive applied in order.
+	Held    int `json:"held"`
+	Applied int `json:"applied"`
+}
+
+func holdsOf(l dedupe.HoldListing) *holdsOutput {
+	out := &holdsOutput{HeldKeys: len(l.Holds), Complete: l.Complete, LedgerItemsScanned: l.Scanned, Keys: []heldKeyOutput{}}
+	for _, h := range l.Holds {
+		out.Keys = append(out.Keys, heldKeyOutput{Key: h.Key, Hashed: h.Hashed, Head: h.Head.String(), Held: len(h.Held), Applied: h.Applied})
+	}
+	slices.SortFunc(out.Keys, func(a, b heldKeyOutput) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
 
 func queueDepth(ctx context.Context, c opsClients, u string) (int, error) {
@@ -349,6 +401,13 @@ func printStatus(w io.Writer, out statusOutput) {
 	tw.Flush()
 	if out.ParkedQueueMessages != nil {
 		fmt.Fprintf(w, "\nparked queue: %d messages (redrive with `gapless redrive`)\n", *out.ParkedQueueMessages)
+	}
+	if h := out.Holds; h != nil {
+		n := strconv.Itoa(h.HeldKeys)
+		if !h.Complete {
+			n = ">=" + n + " (the scan stopped after " + strconv.Itoa(h.LedgerItemsScanned) + " ledger items: --max-hold-scan)"
+		}
+		fmt.Fprintf(w, "\nHELD_KEYS %s (ON_PARK=hold-key; keys and heads with --json; `gapless redrive` applies them in order and releases them)\n", n)
 	}
 	for _, s := range st.Shards {
 		if s.Error != "" {

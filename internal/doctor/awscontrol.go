@@ -197,6 +197,15 @@ func mappingOf(m lambdatypes.EventSourceMappingConfiguration) *Mapping {
 	if m.MaximumBatchingWindowInSeconds != nil {
 		out.BatchingWindow = time.Duration(*m.MaximumBatchingWindowInSeconds) * time.Second
 	}
+	// With FilterCriteria encrypted by a customer managed key that the caller may not use,
+	// Lambda returns FilterCriteriaError instead of the patterns (Lambda API reference,
+	// EventSourceMappingConfiguration): they are unknown, not absent.
+	out.FiltersUnknown = m.FilterCriteriaError != nil
+	if m.FilterCriteria != nil {
+		for _, f := range m.FilterCriteria.Filters {
+			out.Filters = append(out.Filters, aws.ToString(f.Pattern))
+		}
+	}
 	if m.DestinationConfig != nil && m.DestinationConfig.OnFailure != nil {
 		out.OnFailure = aws.ToString(m.DestinationConfig.OnFailure.Destination)
 	}

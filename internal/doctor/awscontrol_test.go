@@ -114,3 +114,26 @@ func TestAWSControlPlane(t *testing.T) {
 		}
 	}
 }
+
+// TestAWSMappingFilters: the mapping's FilterCriteria patterns reach the filter check; patterns
+// Lambda could not decrypt (FilterCriteriaError) are unknown and not compared.
+func TestAWSMappingFilters(t *testing.T) {
+	const p = `{"data": {"kind": ["order"]}}`
+	env := map[string]string{"RECORD_FILTER": p}
+	for _, c := range []struct {
+		name string
+		m    lambdatypes.EventSourceMappingConfiguration
+		want bool // filter.mismatch
+	}{
+		{"same pattern", lambdatypes.EventSourceMappingConfiguration{FilterCriteria: &lambdatypes.FilterCriteria{Filters: []lambdatypes.Filter{{Pattern: aws.String(p)}}}}, false},
+		{"no FilterCriteria", lambdatypes.EventSourceMappingConfiguration{}, true},
+		{"another pattern", lambdatypes.EventSourceMappingConfiguration{FilterCriteria: &lambdatypes.FilterCriteria{Filters: []lambdatypes.Filter{{Pattern: aws.String(`{"data": {"kind": ["refund"]}}`)}}}}, true},
+		{"not decrypted", lambdatypes.EventSourceMappingConfiguration{FilterCriteriaError: &lambdatypes.FilterCriteriaError{ErrorCode: aws.String("KMSAccessDeniedException")}}, false},
+	} {
+		m := mappingOf(c.m)
+		got := Run(Deployment{Mapping: m, ConsumerEnv: env, ReconcilerEnv: env}).Has("filter.mismatch")
+		if got != c.want {
+			t.Errorf("%s: filter.mismatch %v, want %v (mapping filters %q unknown %v)", c.name, got, c.want, m.Filters, m.FiltersUnknown)
+		}
+	}
+}

@@ -45,6 +45,10 @@ type Mapping struct {
 	OnFailure string
 	// State is the mapping's state live ("Enabled", "Disabled", …); "" offline.
 	State string
+	// Filters are the patterns of the mapping's FilterCriteria (none = every record is sent).
+	// FiltersUnknown: they could not be read (live: Lambda could not decrypt them).
+	Filters        []string
+	FiltersUnknown bool
 }
 
 // Schedule is the reconciler's scheduled trigger.
@@ -96,6 +100,9 @@ type Deployment struct {
 	// KPLAggregation says whether producers write KPL aggregated records: "yes", "no" or ""
 	// (unknown).
 	KPLAggregation string
+	// ConsumerEnv and ReconcilerEnv are the functions' environment variables (nil = the
+	// function was not found or not read: the checks comparing them leave it out).
+	ConsumerEnv, ReconcilerEnv map[string]string
 	// Notes are facts worth printing that are not findings (what was assumed or unknown).
 	Notes []string
 }

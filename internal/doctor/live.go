@@ -97,6 +97,7 @@ func Collect(ctx context.Context, l Live) (Deployment, error) {
 	d.Schedule = view.Schedule
 	d.Alarms, d.AlarmsKnown = view.Alarms, view.AlarmsKnown
 	d.Notes = append(d.Notes, view.Notes...)
+	d.ConsumerEnv, d.ReconcilerEnv = view.ConsumerEnv, view.ReconcilerEnv
 	d.MaxRecordAttempts = intOr(view.ConsumerEnv[config.EnvMaxRecordAttempts], config.DefaultMaxRecordAttempts)
 	d.LedgerTTL = durationOr(view.ConsumerEnv[config.EnvLedgerTTL], config.DefaultLedgerTTL)
 	d.SettleAfter = durationOr(view.ReconcilerEnv[config.EnvSettleAfter], config.DefaultSettleAfter)

@@ -163,6 +163,14 @@ func TestEachFindingLive(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, nil},
+		// The functions' variables against the emulated mapping's FilterCriteria.
+		{"record filter on the mapping only", func(t *testing.T, r *localRun) {
+			r.control.Mapping.FilterCriteria = []string{`{"data": {"kind": ["order"]}}`}
+		}, []string{"filter.mismatch"}},
+		{"ON_PARK hold-key on the consumer only", func(t *testing.T, r *localRun) {
+			r.control.ConsumerEnv = maps.Clone(r.control.ConsumerEnv)
+			r.control.ConsumerEnv["ON_PARK"] = "hold-key"
+		}, []string{"onpark.mismatch"}},
 		{"alarms without the loss alarm and without actions", func(t *testing.T, r *localRun) {
 			r.control.AlarmsKnown = true
 			r.control.Alarms = []doctor.Alarm{{Name: "a", Namespace: "Gapless", Metric: "VerifiedLagSeconds"}}

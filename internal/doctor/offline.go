@@ -47,12 +47,19 @@ func FromTemplate(t *Template, source string, retention time.Duration) Deploymen
 			m.MaximumRecordAge = time.Duration(age) * time.Second
 		}
 		m.ReportBatchItemFailures = slices.Contains(t.List(get(ev, "FunctionResponseTypes")), "ReportBatchItemFailures")
+		m.Filters = filterPatterns(t, get(ev, "FilterCriteria"))
 		d.Mapping = m
 		d.ConsumerTimeout = time.Duration(intOr(val(t, t.Prop(consumer, "Timeout")), intOr(scalar(get(t.root, "Globals", "Function", "Timeout")), 3))) * time.Second
 		d.Retention = streamRetention(t, val(t, get(ev, "Stream")))
 		env := func(name string) string { return val(t, t.Prop(consumer, "Environment", "Variables", name)) }
 		d.LedgerTTL = durationOr(env(config.EnvLedgerTTL), config.DefaultLedgerTTL)
 		d.MaxRecordAttempts = intOr(env(config.EnvMaxRecordAttempts), config.DefaultMaxRecordAttempts)
+	}
+	if consumer != "" {
+		d.ConsumerEnv = functionEnv(t, consumer)
+	}
+	if reconciler != "" {
+		d.ReconcilerEnv = functionEnv(t, reconciler)
 	}
 	if d.Retention == 0 {
 		if retention > 0 {
@@ -124,6 +131,49 @@ func streamRetention(t *Template, source string) time.Duration {
 		return 0
 	}
 	return time.Duration(intOr(val(t, t.Prop(id, "RetentionPeriodHours")), 24)) * time.Hour
+}
+
+// functionEnv is a function's environment variables, resolved for this deployment (a variable
+// that resolves to nothing, !Ref AWS::NoValue, is left out).
+func functionEnv(t *Template, fn string) map[string]string {
+	vars := t.Prop(fn, "Environment", "Variables")
+	env := map[string]string{}
+	for _, k := range keys(vars) {
+		if v, ok := t.Value(get(vars, k)); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// filterPatterns resolves a FilterCriteria node (or an !If choosing one) to its Filters'
+// patterns.
+func filterPatterns(t *Template, n *yaml.Node) []string {
+	for depth := 0; depth < 32; depth++ {
+		fn, arg := intrinsic(n)
+		if fn != "Fn::If" || arg.Kind != yaml.SequenceNode || len(arg.Content) != 3 {
+			break
+		}
+		if t.Condition(arg.Content[0].Value) {
+			n = arg.Content[1]
+		} else {
+			n = arg.Content[2]
+		}
+	}
+	if n == nil || ref(n) == "AWS::NoValue" {
+		return nil
+	}
+	var out []string
+	fs := get(n, "Filters")
+	if fs == nil || fs.Kind != yaml.SequenceNode {
+		return nil
+	}
+	for _, f := range fs.Content {
+		if p := val(t, get(f, "Pattern")); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // val is a node's resolved value, "" when absent.

@@ -77,6 +77,16 @@ func TestEachFindingOffline(t *testing.T) {
 			return strings.Replace(s, old, new, 1)
 		}
 	}
+	editAll := func(old, new string, n int) func(t *testing.T, s string) string {
+		return func(t *testing.T, s string) string {
+			t.Helper()
+			if strings.Count(s, old) != n {
+				t.Fatalf("template.yaml holds %q %d times, want %d", old, strings.Count(s, old), n)
+			}
+			return strings.ReplaceAll(s, old, new)
+		}
+	}
+	const orders = `{"data": {"kind": ["order"]}}`
 	cases := []struct {
 		name  string
 		edit  func(t *testing.T, s string) string
@@ -139,6 +149,32 @@ func TestEachFindingOffline(t *testing.T) {
 			gone: []string{"alarms.no-actions"}},
 		{name: "no parallelism", over: map[string]string{"ParallelizationFactor": "1"},
 			gone: []string{"kpl.unknown"}},
+		// The record filter: one parameter sets the mapping and both functions alike.
+		{name: "record filter set", over: map[string]string{"RecordFilter": orders}},
+		{name: "record filter on the consumer only",
+			edit:  edit("          RECORD_FILTER: !Ref RecordFilter\n      Events:\n        Stream:", "          RECORD_FILTER: '"+orders+"'\n      Events:\n        Stream:"),
+			added: []string{"filter.mismatch"}},
+		{name: "record filter not on the mapping", over: map[string]string{"RecordFilter": orders},
+			edit:  edit("            FilterCriteria: !If\n", "            FilterCriteriaOff: !If\n"),
+			added: []string{"filter.mismatch"}},
+		{name: "record filter not on the reconciler", over: map[string]string{"RecordFilter": orders},
+			edit:  edit("          RECORD_FILTER: !Ref RecordFilter\n      Events:\n        Schedule:", "          RECORD_FILTER: ''\n      Events:\n        Schedule:"),
+			added: []string{"filter.mismatch"}},
+		{name: "record filter the same but written differently", over: map[string]string{"RecordFilter": orders},
+			edit: edit("          RECORD_FILTER: !Ref RecordFilter\n      Events:\n        Schedule:", "          RECORD_FILTER: '{\"data\":{\"kind\":[\"order\"]}}'\n      Events:\n        Schedule:")},
+		{name: "record filter internal/filter cannot parse", over: map[string]string{"RecordFilter": `{"data": {"kind": [{"wildcard": "ord*"}]}}`},
+			added: []string{"filter.invalid"}},
+		// ON_PARK: one parameter gives both functions the same value.
+		{name: "hold-key", over: map[string]string{"OnPark": "hold-key"}},
+		{name: "ON_PARK hold-key on the reconciler only",
+			edit:  edit("          MAX_RECORD_ATTEMPTS: !Ref MaxRecordAttempts\n          ON_PARK: !Ref OnPark\n          MAX_CONCURRENCY: !Ref MaxConcurrency\n          DEDUPE_KEY: !Ref DedupeKey\n          LEDGER_TTL: !Ref LedgerTTL\n          LOG_PAYLOADS: \"false\"\n          # The mapping's filter", "          MAX_RECORD_ATTEMPTS: !Ref MaxRecordAttempts\n          ON_PARK: hold-key\n          MAX_CONCURRENCY: !Ref MaxConcurrency\n          DEDUPE_KEY: !Ref DedupeKey\n          LEDGER_TTL: !Ref LedgerTTL\n          LOG_PAYLOADS: \"false\"\n          # The mapping's filter"),
+			added: []string{"onpark.mismatch"}},
+		{name: "ON_PARK neither continue nor hold-key",
+			edit:  editAll("          ON_PARK: !Ref OnPark\n", "          ON_PARK: hold\n", 2),
+			added: []string{"onpark.invalid"}},
+		{name: "hold-key with more attempts than the mapping's retries", over: map[string]string{"OnPark": "hold-key", "MaximumRetryAttempts": "4"},
+			added: []string{"onpark.hold-key-retries"}},
+		{name: "continue with more attempts than the mapping's retries", over: map[string]string{"MaximumRetryAttempts": "4"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -49,6 +49,7 @@ func (c ControlPlane) Describe(context.Context) (doctor.ControlPlaneView, error)
 		BatchingWindow:          cfg.BatchingWindow,
 		OnFailure:               cfg.OnFailureQueueURL, // a queue is named by its URL locally
 		State:                   c.State,
+		Filters:                 cfg.FilterCriteria,
 	}
 	if cfg.MaximumRecordAge <= 0 { // Config: 0 or negative is infinite, Lambda's -1
 		m.MaximumRecordAge = -1
