@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
 // BatchFunc is the batch form of ProcessFunc: the user's business logic for a group of records
@@ -49,9 +51,10 @@ func WithBatchSink(f BatchFunc, chunk int) Option {
 // waves drives the lanes through the batch sink: each wave takes at most one record from each
 // lane (its head), calls the sink once, and moves a lane on only when its head is done.
 func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
-	pos := make([]int, len(lanes))      // next record of each lane not yet resolved
-	head := make([]int, len(lanes))     // record waiting for the sink (-1: none)
-	blocked := make([]bool, len(lanes)) // an earlier record of the lane failed
+	pos := make([]int, len(lanes))            // next record of each lane not yet resolved
+	head := make([]int, len(lanes))           // record waiting for the sink (-1: none)
+	blocked := make([]bool, len(lanes))       // an earlier record of the lane failed
+	behind := make([]recordid.ID, len(lanes)) // hold-key: the head the lane's key is held behind
 	for k := range head {
 		head[k] = -1
 	}
@@ -60,7 +63,7 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 		// find each lane's next record for the sink. Claims are I/O: lanes run concurrently then.
 		var gone atomic.Bool
 		step := func(k int) {
-			if head[k] < 0 && !r.advanceLane(ctx, procCtx, lanes[k], &pos[k], &blocked[k], &head[k]) {
+			if head[k] < 0 && !r.advanceLane(ctx, procCtx, lanes[k], &pos[k], &blocked[k], &behind[k], &head[k]) {
 				gone.Store(true)
 			}
 		}
@@ -125,6 +128,7 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 		}
 		for _, k := range slices.Concat(calls...) {
 			blocked[k] = r.outcomes[head[k]].status == statusFailed
+			behind[k] = r.nextBehind(&r.outcomes[head[k]], behind[k]) // parked: it holds its key
 			head[k], pos[k] = -1, pos[k]+1
 		}
 	}
@@ -151,8 +155,10 @@ func (r *batchRun) retried(i int) bool {
 }
 
 // advanceLane resolves lane records from *pos on until one needs the sink (stored in *head, not
-// yet begun) or the lane ends. False when Run has abandoned the batch.
-func (r *batchRun) advanceLane(ctx, procCtx context.Context, lane []int, pos *int, blocked *bool, head *int) bool {
+// yet begun) or the lane ends. With hold-key, a record of a held key (or behind a record of the
+// lane parked earlier, *behind) is parked behind the head without going to the sink, as in
+// Process mode (lane). False when Run has abandoned the batch.
+func (r *batchRun) advanceLane(ctx, procCtx context.Context, lane []int, pos *int, blocked *bool, behind *recordid.ID, head *int) bool {
 	for ; *pos < len(lane); *pos++ {
 		i := lane[*pos]
 		rec := &r.b.Records[i]
@@ -161,6 +167,12 @@ func (r *batchRun) advanceLane(ctx, procCtx context.Context, lane []int, pos *in
 		switch {
 		case *blocked:
 			o.status, o.err = statusFailed, ErrKeyBlocked
+		case r.isHeld(i, *behind):
+			if !r.begin(i) {
+				return false
+			}
+			r.parkHeld(ctx, rec, i, *behind, &o)
+			ran = true
 		case r.plan.kinds[i] == planDead:
 			if !r.begin(i) {
 				return false
@@ -185,6 +197,7 @@ func (r *batchRun) advanceLane(ctx, procCtx context.Context, lane []int, pos *in
 		}
 		if ran {
 			*blocked = o.status == statusFailed
+			*behind = r.nextBehind(&o, *behind)
 		}
 	}
 	return true

@@ -48,7 +48,7 @@ func WithRedriveHolds(h RedriveHolds) RedriveOption { return func(d *Redriver) {
 // heldSession is one Run's messages of held keys.
 type heldSession struct {
 	d     *Redriver
-	held  map[string]bool                          // partition key -> held, as first read
+	held  map[string]bool                          // partition keys read as held (never unset)
 	keys  []string                                 // held keys in order of their first message
 	msgs  map[string]map[string][]sqstypes.Message // key -> record id -> messages
 	taken int
@@ -70,17 +70,20 @@ func (s *heldSession) take(ctx context.Context, m sqstypes.Message) bool {
 	if err != nil || pm.Group != s.d.cfg.Group || pm.Stream != s.d.cfg.Stream {
 		return false
 	}
-	held, ok := s.held[pm.PartitionKey]
-	if !ok {
+	// Only "held" is remembered: a key read as not held is read again for each of its messages,
+	// because it can become held during the session (the consumer parks a head, then records
+	// behind it, whose messages this session may receive next). The hold is listed before any
+	// message behind it is sent, so a read after receiving a message sees the hold it names.
+	if !s.held[pm.PartitionKey] {
 		_, found, err := s.d.holds.Get(ctx, pm.Group, pm.PartitionKey)
 		if err != nil {
 			s.d.log.WarnContext(ctx, "reading a key hold failed: the key is treated as held", "error", err)
 			found = true
 		}
-		held, s.held[pm.PartitionKey] = found, found
-	}
-	if !held {
-		return false
+		if !found {
+			return false
+		}
+		s.held[pm.PartitionKey] = true
 	}
 	byID := s.msgs[pm.PartitionKey]
 	if byID == nil {
