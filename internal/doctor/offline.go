@@ -149,17 +149,7 @@ func functionEnv(t *Template, fn string) map[string]string {
 // filterPatterns resolves a FilterCriteria node (or an !If choosing one) to its Filters'
 // patterns.
 func filterPatterns(t *Template, n *yaml.Node) []string {
-	for depth := 0; depth < 32; depth++ {
-		fn, arg := intrinsic(n)
-		if fn != "Fn::If" || arg.Kind != yaml.SequenceNode || len(arg.Content) != 3 {
-			break
-		}
-		if t.Condition(arg.Content[0].Value) {
-			n = arg.Content[1]
-		} else {
-			n = arg.Content[2]
-		}
-	}
+	n = t.chosen(n)
 	if n == nil || ref(n) == "AWS::NoValue" {
 		return nil
 	}

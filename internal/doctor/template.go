@@ -133,9 +133,10 @@ func (t *Template) Value(n *yaml.Node) (string, bool) {
 	return "[" + fn + "]", true
 }
 
-// List resolves a node that is a list (or an !If choosing one) to its resolved items.
-func (t *Template) List(n *yaml.Node) []string {
-	for {
+// chosen follows the !If choices (by the template's conditions) from n to the node they pick;
+// nested !If at most 32 deep.
+func (t *Template) chosen(n *yaml.Node) *yaml.Node {
+	for depth := 0; depth < 32; depth++ {
 		fn, arg := intrinsic(n)
 		if fn != "Fn::If" || arg.Kind != yaml.SequenceNode || len(arg.Content) != 3 {
 			break
@@ -146,6 +147,12 @@ func (t *Template) List(n *yaml.Node) []string {
 			n = arg.Content[2]
 		}
 	}
+	return n
+}
+
+// List resolves a node that is a list (or an !If choosing one) to its resolved items.
+func (t *Template) List(n *yaml.Node) []string {
+	n = t.chosen(n)
 	if n == nil || ref(n) == "AWS::NoValue" {
 		return nil
 	}
