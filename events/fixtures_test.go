@@ -295,7 +295,7 @@ func TestEnv(t *testing.T) {
 	}
 	common := []string{config.EnvGroup, config.EnvCheckpointTable, config.EnvDedupeTable, config.EnvParkedQueueURL,
 		config.EnvTargetQueueURL, config.EnvPayloadBucket, config.EnvMaxRecordAttempts, config.EnvMaxConcurrency, config.EnvDedupeKey,
-		config.EnvLedgerTTL, config.EnvLogPayloads, config.EnvStreamName, chaos.EnvVar}
+		config.EnvLedgerTTL, config.EnvLogPayloads, config.EnvStreamName, config.EnvOnPark, chaos.EnvVar}
 	wantVars := map[string][]string{
 		"ConsumerFunction":   append(slices.Clone(common), config.EnvDeadlineMargin),
 		"ReconcilerFunction": append(slices.Clone(common), config.EnvSettleAfter),
