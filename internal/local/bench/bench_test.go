@@ -122,8 +122,17 @@ func TestRunnerCosts(t *testing.T) {
 		{Case{GaplessSQS, 100, 1}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.03, false},
 		{Case{GaplessSQS, 200, 4}, map[string]float64{"Query": 1, "PutItem": 2, "UpdateItem": 1}, 0.03, false},
 	}
+	// moto_server serves SQS and DynamoDB on one port, and its SQS scans the whole queue on
+	// every call: the bridge cases' target queue (never drained here) backs up, batches outlive
+	// half the in-flight marker's lease and its renewals add PutItems to the count. The bridge's
+	// behaviour on moto is proven by process.TestBatchBridgeOnSQS; its costs are judged here on
+	// fauxqs.
+	moto := os.Getenv("AWS_ENDPOINT_URL_SQS") != "" && os.Getenv("AWS_ENDPOINT_URL_SQS") == os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")
 	for _, tc := range tests {
 		t.Run(tc.c.String(), func(t *testing.T) {
+			if moto && (tc.c.Handler == BareSQS || tc.c.Handler == GaplessSQS) {
+				t.Skip("moto_server's SQS slows as the undrained queue grows: the SQS bridge's costs are measured on fauxqs")
+			}
 			res, err := r.Run(ctx, tc.c)
 			if err != nil {
 				t.Fatal(err)
