@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/park"
@@ -106,23 +108,7 @@ func holdKeyEndToEnd(t *testing.T, mode string) {
 		t.Fatalf("hold %+v %v %v, want %v", st, ok, err, wantOrder)
 	}
 
-	redrive := func() RedriveReport {
-		t.Helper()
-		rp, err := pipeline.New(NewRedriveLedger(ledger), &pipelinetest.Checkpoint{}, parker, proc, cfg, pipeline.WithLogger(discard()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := NewRedriver(client, url, newMemKinesis(), rp, RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 1,
-			Backoff: time.Millisecond, VisibilityTimeout: 30 * time.Second}, WithRedriveLogger(discard()), WithRedriveHolds(holds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := d.Run(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
+	redrive := func() RedriveReport { return runHoldRedrive(t, ledger, parker, proc, cfg, client, url, holds) }
 	// The head still fails: parked again, nothing behind it applied, K still held.
 	if rep := redrive(); rep.ParkedAgain != 1 || rep.Held != 5 || rep.Released != 0 || rep.Processed != 0 {
 		t.Fatalf("redrive with the poison still there: %+v", rep)
@@ -151,4 +137,25 @@ func holdKeyEndToEnd(t *testing.T, mode string) {
 	if r := run(child, pipeline.SourceConsumer, rec(child, 32, "K")); r.Processed != 1 || r.Parked != 0 {
 		t.Fatalf("after release: %+v", r)
 	}
+}
+
+// runHoldRedrive runs one redrive session of the parked queue url through a pipeline around
+// proc, with key holds (WithRedriveHolds), and returns its report.
+func runHoldRedrive(t *testing.T, ledger pipeline.DedupeLedger, parker *park.Parker, proc pipeline.ProcessFunc, cfg pipeline.Config,
+	client *sqs.Client, url string, holds *dedupe.Holds) RedriveReport {
+	t.Helper()
+	rp, err := pipeline.New(NewRedriveLedger(ledger), &pipelinetest.Checkpoint{}, parker, proc, cfg, pipeline.WithLogger(discard()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewRedriver(client, url, newMemKinesis(), rp, RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 1,
+		Backoff: time.Millisecond, VisibilityTimeout: 30 * time.Second}, WithRedriveLogger(discard()), WithRedriveHolds(holds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := d.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }

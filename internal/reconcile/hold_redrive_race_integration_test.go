@@ -71,19 +71,7 @@ func TestRedriveKeyHeldDuringSession(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rp, err := pipeline.New(NewRedriveLedger(ledger), &pipelinetest.Checkpoint{}, parker, proc, cfg, pipeline.WithLogger(discard()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := NewRedriver(client, url, newMemKinesis(), rp, RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 1,
-		Backoff: time.Millisecond, VisibilityTimeout: 30 * time.Second}, WithRedriveLogger(discard()), WithRedriveHolds(holds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := d.Run(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runHoldRedrive(t, ledger, parker, proc, cfg, client, url, holds)
 	mu.Lock()
 	got := slices.Clone(applied)
 	mu.Unlock()
