@@ -13,8 +13,11 @@ import (
 // pathKey carries an invocation's *callLog in its context.
 type pathKey struct{}
 
-// callLog collects the [start, end] of every DynamoDB call one invocation makes.
+// callLog collects the [start, end] of every DynamoDB call one invocation makes. With a floor,
+// every call lasts at least that long (the response is held back), as in a region where each
+// round trip costs that much.
 type callLog struct {
+	floor time.Duration
 	mu    sync.Mutex
 	spans [][2]time.Time
 }
@@ -33,6 +36,9 @@ func pathOptions() func(*dynamodb.Options) {
 					l, _ := ctx.Value(pathKey{}).(*callLog)
 					start := time.Now()
 					out, md, err := next.HandleInitialize(ctx, in)
+					if l != nil && l.floor > 0 {
+						time.Sleep(time.Until(start.Add(l.floor)))
+					}
 					if l != nil {
 						l.mu.Lock()
 						l.spans = append(l.spans, [2]time.Time{start, time.Now()})
@@ -48,6 +54,12 @@ func pathOptions() func(*dynamodb.Options) {
 // longest chain of calls each starting after the previous one ended (calls that overlap, like
 // the in-flight marker written beside the ledger query, count once). The largest set of
 // pairwise non-overlapping intervals is found by taking them in order of end time.
+//
+// Time overlap stands in for causality, so it is read from probe invocations with a latency
+// floor (pathFloor): against a local emulator a call takes a millisecond or two, less than the
+// CPU work between issuing two parallel calls (encoding a 1,000-record ledger entry under -race
+// on a loaded machine), and the second would then start after the first ended and count as
+// sequential. With every call held to pathFloor, only work longer than the floor can do that.
 func (l *callLog) criticalPath() int {
 	l.mu.Lock()
 	spans := slices.Clone(l.spans)
@@ -63,3 +75,10 @@ func (l *callLog) criticalPath() int {
 	}
 	return n
 }
+
+// pathFloor is the latency every DynamoDB call of a critical-path probe is held to, and
+// pathProbes the number of probe batches per case (the median is reported).
+const (
+	pathFloor  = 100 * time.Millisecond
+	pathProbes = 3
+)

@@ -57,9 +57,9 @@ type CaseResult struct {
 	DDBCallsPerBatch    float64 `json:"ddb_calls_per_batch"`
 	DDBAttemptsPerBatch float64 `json:"ddb_round_trips_per_batch"`
 	// CriticalPathRoundTrips: DynamoDB calls made one after another (the longest chain of
-	// non-overlapping calls) per batch; calls made in parallel count once. The median over the
-	// case's batches: on a loaded machine a goroutine can be descheduled long enough for two
-	// calls issued together not to overlap in time, which a mean would count.
+	// non-overlapping calls) per batch; calls made in parallel count once. Measured on
+	// pathProbes extra batches of the case's size, run after its rounds with every call held to
+	// pathFloor (critpath.go), median; the probes are not in any other figure.
 	CriticalPathRoundTrips float64            `json:"critical_path_round_trips"`
 	DDBOpsPerBatch         map[string]float64 `json:"ddb_ops_per_batch,omitempty"`
 	WriteUnitsPerRecord    float64            `json:"wcu_per_record"`
@@ -114,7 +114,7 @@ func (r *Runner) Warm(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := r.invoke(ctx, s, raw, &callLog{}); err != nil {
+		if err := r.invoke(ctx, s, raw, nil); err != nil {
 			return fmt.Errorf("bench: warm %s: %w", name, err)
 		}
 	}
@@ -124,7 +124,10 @@ func (r *Runner) Warm(ctx context.Context) error {
 func (r *Runner) invoke(ctx context.Context, s *Subject, raw []byte, path *callLog) error {
 	ctx, cancel := context.WithTimeout(ctx, r.limits.InvokeTimeout)
 	defer cancel()
-	resp, err := s.Invoke(withCallLog(ctx, path), raw)
+	if path != nil {
+		ctx = withCallLog(ctx, path)
+	}
+	resp, err := s.Invoke(ctx, raw)
 	if err != nil {
 		return err
 	}
@@ -178,8 +181,34 @@ func (r *Runner) RunTogether(ctx context.Context, cases []Case) ([]CaseResult, e
 	out := make([]CaseResult, len(runs))
 	for i, cr := range runs {
 		out[i] = cr.result()
+		path, err := cr.probePath(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: critical path: %w", cr.res.Case, err)
+		}
+		out[i].CriticalPathRoundTrips = path
 	}
 	return out, nil
+}
+
+// probePath runs pathProbes batches of the case's size one at a time, every DynamoDB call held
+// to pathFloor, and returns the median critical path (critpath.go). It runs after result, so
+// no other figure of the case includes the probes.
+func (cr *caseRun) probePath(ctx context.Context) (float64, error) {
+	paths := make([]int, pathProbes)
+	for i := range paths {
+		raw, err := cr.w.Payload(0, cr.res.PF, cr.rounds, cr.res.BatchSize) // lane 0 of a new round: new records
+		if err != nil {
+			return 0, err
+		}
+		cr.rounds++
+		l := &callLog{floor: pathFloor}
+		if err := cr.r.invoke(ctx, cr.s, raw, l); err != nil {
+			return 0, err
+		}
+		paths[i] = l.criticalPath()
+	}
+	slices.Sort(paths)
+	return float64(paths[len(paths)/2]), nil
 }
 
 // caseRun is the state of one case being measured.
@@ -194,7 +223,6 @@ type caseRun struct {
 	done   bool
 
 	lat                 []time.Duration
-	paths               []int // critical-path round trips of each batch
 	wall, cpu           time.Duration
 	mallocs, allocBytes uint64
 }
@@ -220,19 +248,15 @@ func (cr *caseRun) round(ctx context.Context) error {
 	start := time.Now()
 	times := make([]time.Duration, c.PF)
 	errs := make([]error, c.PF)
-	paths := make([]callLog, c.PF)
 	var wg sync.WaitGroup
 	for lane := range c.PF {
 		wg.Go(func() {
 			t0 := time.Now()
-			errs[lane] = cr.r.invoke(ctx, cr.s, payloads[lane], &paths[lane])
+			errs[lane] = cr.r.invoke(ctx, cr.s, payloads[lane], nil)
 			times[lane] = time.Since(t0)
 		})
 	}
 	wg.Wait()
-	for i := range paths {
-		cr.paths = append(cr.paths, paths[i].criticalPath())
-	}
 	cr.wall += time.Since(start)
 	cr.cpu += cpuTime() - cpu0
 	runtime.ReadMemStats(&ms1)
@@ -267,11 +291,6 @@ func (cr *caseRun) result() CaseResult {
 	res.AllocBytesPerRecord = float64(cr.allocBytes) / n
 	res.DDBCallsPerBatch = float64(d.Total.Calls) / b
 	res.DDBAttemptsPerBatch = float64(d.Total.Attempts) / b
-	if len(cr.paths) > 0 {
-		p := slices.Clone(cr.paths)
-		slices.Sort(p)
-		res.CriticalPathRoundTrips = float64(p[len(p)/2])
-	}
 	res.WriteUnitsPerRecord = d.Total.WriteUnits / n
 	res.ReadUnitsPerRecord = d.Total.ReadUnits / n
 	res.WriteBytesPerRecord = float64(d.Total.BytesWritten) / n
