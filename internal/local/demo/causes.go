@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -392,9 +393,27 @@ func duplicateRows(res *Result) [][]string {
 			nonzero = nonzero || n != 0
 			row = append(row, fmt.Sprint(n))
 		}
-		if nonzero || (c.key != "unattributed" && c.key != "queue_redelivered") {
+		if nonzero {
 			out = append(out, row)
 		}
+	}
+	return out
+}
+
+// zeroCauses are the labels of the duplicate causes no variant had (duplicateRows leaves them
+// out; the table names them in one line), "not attributed" excepted: it is shown only when
+// non-zero.
+func zeroCauses(res *Result) []string {
+	vs := res.ran()
+	if !slices.ContainsFunc(vs, func(v *VariantResult) bool { return v.DuplicatesByCause != nil }) {
+		return nil
+	}
+	var out []string
+	for _, c := range duplicateCauses {
+		if c.key == "unattributed" || slices.ContainsFunc(vs, func(v *VariantResult) bool { return v.DuplicatesByCause[c.key] != 0 }) {
+			continue
+		}
+		out = append(out, c.label)
 	}
 	return out
 }

@@ -75,9 +75,14 @@ type Result struct {
 	// or parked; not in Lost. Exact: the retention proxy knows every record it trimmed.
 	LostToRetention int `json:"lost_to_retention"`
 	// Variants are the variants that ran, in order.
-	Variants     []string `json:"variants"`
-	GapsDetected int      `json:"gaps_detected"`
-	GapsReplayed int      `json:"gaps_replayed"`
+	Variants []string `json:"variants"`
+	// GapsDetected and GapsReplayed are gapless's reconciler metrics summed over every pass
+	// (see VariantResult): detections, not records. ReconcilerReplayed and ReconcilerParked
+	// count distinct records.
+	GapsDetected       int `json:"gaps_detected"`
+	GapsReplayed       int `json:"gaps_replayed"`
+	ReconcilerReplayed int `json:"reconciler_replayed_records"`
+	ReconcilerParked   int `json:"reconciler_parked_records"`
 	// Filtered and FilteredProcessed are gapless's (see VariantResult); 0 without --filter.
 	Filtered            int     `json:"filtered"`
 	FilteredProcessed   int     `json:"filtered_processed"`
@@ -170,9 +175,19 @@ type VariantResult struct {
 	DrainReceiveErrors int `json:"drain_receive_errors"`
 	// LateDrained counts messages that were in flight when a queue first looked empty at the
 	// end, and were drained once visible again.
-	LateDrained  int `json:"late_drained"`
+	LateDrained int `json:"late_drained"`
+	// GapsDetected and GapsReplayed are the reconciler's GapsDetected and GapsReplayed metrics
+	// summed over every pass (the checkpoint table's counters): a record a pass finds missing
+	// from the ledger counts once per pass that finds it, so a record that keeps failing (a
+	// killer, the records behind it) counts again on every pass until it is parked. They count
+	// detections and replays, not records; ReconcilerReplayed and ReconcilerParked do.
 	GapsDetected int `json:"gaps_detected"`
 	GapsReplayed int `json:"gaps_replayed"`
+	// ReconcilerReplayed: distinct records the reconciler delivered to the target queue (its
+	// SQS tap's journal); ReconcilerParked: distinct records the reconciler parked (parked
+	// messages whose source is the reconciler, payload verified). Gapless only.
+	ReconcilerReplayed int `json:"reconciler_replayed_records"`
+	ReconcilerParked   int `json:"reconciler_parked_records"`
 	// Filtered: produced records --filter drops (not expected downstream, not in Lost);
 	// FilteredProcessed: of those, delivered or parked all the same (must be 0).
 	Filtered          int     `json:"filtered"`
@@ -300,8 +315,10 @@ type Settings struct {
 	MaxRecordAttempts int    `json:"max_record_attempts"`
 	Bisect            bool   `json:"bisect"`
 	Faults            Faults `json:"faults"`
-	Chaos             string `json:"gapless_chaos"`
-	Backend           string `json:"backend"`
+	// Filter is --filter (the record filter); empty: none.
+	Filter  string `json:"filter,omitempty"`
+	Chaos   string `json:"gapless_chaos"`
+	Backend string `json:"backend"`
 }
 
 // env is what both variants of a run share.
@@ -420,6 +437,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 			res.Produced, res.DeliveredUnique, res.Duplicates = vr.Produced, vr.DeliveredUnique, vr.Duplicates
 			res.Parked, res.Lost, res.LostToRetention = vr.Parked, vr.Lost, vr.LostToRetention
 			res.GapsDetected, res.GapsReplayed = vr.GapsDetected, vr.GapsReplayed
+			res.ReconcilerReplayed, res.ReconcilerParked = vr.ReconcilerReplayed, vr.ReconcilerParked
 			res.Filtered, res.FilteredProcessed = vr.Filtered, vr.FilteredProcessed
 			res.DDBRequestsPerBatch, res.DDBWCUPerRecord = vr.DDB.RequestsPerBatch, vr.DDB.WCUPerRecord
 			res.Verified = vr.Verified
@@ -447,6 +465,6 @@ func (c Config) settings() Settings {
 		Reconcile: c.ReconcileEvery.String(), BatchSize: c.BatchSize, RetryAttempts: c.RetryAttempts,
 		MaxRecordAge:      c.MaxRecordAge.String(),
 		MaxRecordAttempts: c.MaxRecordAttempts, Bisect: c.Bisect, Faults: c.Faults, Chaos: c.chaosConfig("").String(),
-		Backend: c.Backend,
+		Backend: c.Backend, Filter: c.Filter,
 	}
 }

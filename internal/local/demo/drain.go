@@ -16,6 +16,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/ctxtime"
 	"github.com/gapless-dev/gapless/internal/local/loadgen"
 	"github.com/gapless-dev/gapless/internal/park"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 )
 
 // drainLoop receives and deletes a queue's messages into t until stop is closed, then until the
@@ -121,6 +122,9 @@ func (v *variant) decodeParked(body string) (string, []byte, error) {
 	if want, ok := v.expected[id]; !ok || string(want) != string(m.Data) {
 		v.parkBad.Add(1)
 		return "", nil, fmt.Errorf("demo: parked payload of %s differs from the produced one", id)
+	}
+	if m.Source == pipeline.SourceReconciler {
+		v.parkedByReconciler.add(id)
 	}
 	return id, m.Data, nil
 }

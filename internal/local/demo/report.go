@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -82,7 +83,7 @@ func rows(res *Result) [][]string {
 	}
 	same := func(label string, f func(*VariantResult) int) []string { return row(label, num(f)) }
 	g := VariantGapless
-	return [][]string{
+	out := [][]string{
 		same("produced", func(r *VariantResult) int { return r.Produced }),
 		same("  of which poison", func(r *VariantResult) int { return r.PoisonProduced }),
 		row("  of which killers (crash / hang)", killerKinds),
@@ -90,20 +91,42 @@ func rows(res *Result) [][]string {
 		same("duplicates delivered", func(r *VariantResult) int { return r.Duplicates }),
 		row("parked (payload verified)", only(num(func(r *VariantResult) int { return r.Parked }), g)),
 		same("LOST", func(r *VariantResult) int { return r.Lost }),
-		same("filtered by --filter (not expected)", func(r *VariantResult) int { return r.Filtered }),
-		same("  of which processed all the same", func(r *VariantResult) int { return r.FilteredProcessed }),
-		same("lost to retention (records, --expire)", func(r *VariantResult) int { return r.LostToRetention }),
-		row("  alarmed: LostToRetention spans", only(num(func(r *VariantResult) int { return r.Reconciler.LostToRetention }), g)),
-		row("  skipped as at/below the checkpoint", only(num(func(r *VariantResult) int { return r.handler().Filtered }), VariantCheckpointDecides)),
-		row("  replaces lost (batch's rest skipped)", only(num(func(r *VariantResult) int { return r.handler().RacesLost }), VariantCheckpointDecides)),
-		same("records given up by the mapping", func(r *VariantResult) int { return r.Mapping.RecordsGivenUp }),
-		row("gaps detected / replayed", only(func(r *VariantResult) string { return fmt.Sprintf("%d / %d", r.GapsDetected, r.GapsReplayed) }, g)),
-		row("  replayed past the checkpoint (tail)", only(num(func(r *VariantResult) int { return r.Reconciler.TailReplayed }), g)),
-		row("DynamoDB requests per batch", only(func(r *VariantResult) string { return fmt.Sprintf("%.2f", r.DDB.RequestsPerBatch) }, g)),
-		row("DynamoDB write units per record", only(func(r *VariantResult) string { return fmt.Sprintf("%.3f", r.DDB.WCUPerRecord) }, g)),
+	}
+	if slices.ContainsFunc(vs, func(r *VariantResult) bool { return r.Name == VariantCheckpointDecides }) {
+		out = append(out,
+			row("  skipped as at/below the checkpoint", only(num(func(r *VariantResult) int { return r.handler().Filtered }), VariantCheckpointDecides)),
+			row("  replaces lost (batch's rest skipped)", only(num(func(r *VariantResult) int { return r.handler().RacesLost }), VariantCheckpointDecides)))
+	}
+	// The filter's and the retention's rows only when the run had them: a row of zeros for a
+	// fault that was off reads as if something had been filtered or expired.
+	if res.Settings.Filter != "" || slices.ContainsFunc(vs, func(r *VariantResult) bool { return r.Filtered > 0 }) {
+		out = append(out,
+			same("filtered by --filter (not expected)", func(r *VariantResult) int { return r.Filtered }),
+			same("  of which processed all the same", func(r *VariantResult) int { return r.FilteredProcessed }))
+	}
+	if res.Settings.Faults.Expire || slices.ContainsFunc(vs, func(r *VariantResult) bool { return r.LostToRetention > 0 }) {
+		out = append(out,
+			same("lost to retention (records, --expire)", func(r *VariantResult) int { return r.LostToRetention }),
+			row("  alarmed: LostToRetention spans", only(num(func(r *VariantResult) int { return r.Reconciler.LostToRetention }), g)))
+	}
+	out = append(out, same("records given up by the mapping", func(r *VariantResult) int { return r.Mapping.RecordsGivenUp }))
+	if res.Gapless != nil {
+		out = append(out,
+			// Distinct records, not the reconciler's per-pass metrics (GapsDetected counts a
+			// record that keeps failing again on every pass; the report's reconciler section
+			// shows them, labelled).
+			row("records the reconciler replayed / parked", only(func(r *VariantResult) string {
+				return fmt.Sprintf("%d / %d", r.ReconcilerReplayed, r.ReconcilerParked)
+			}, g)),
+			row("  replays past the checkpoint (tail)", only(num(func(r *VariantResult) int { return r.Reconciler.TailReplayed }), g)),
+			row("DynamoDB requests per batch", only(func(r *VariantResult) string { return fmt.Sprintf("%.2f", r.DDB.RequestsPerBatch) }, g)),
+			row("DynamoDB write units per record", only(func(r *VariantResult) string { return fmt.Sprintf("%.3f", r.DDB.WCUPerRecord) }, g)))
+	}
+	out = append(out,
 		same("invocations", func(r *VariantResult) int { return r.Mapping.Invocations }),
 		row("seconds", func(r *VariantResult) string { return fmt.Sprintf("%.0f", r.Seconds) }),
-	}
+	)
+	return out
 }
 
 // handler is the variant's handler decisions (zero when it has none).
@@ -147,6 +170,9 @@ func Table(res *Result) string {
 			}
 		}
 		b.WriteString("\n")
+	}
+	if z := zeroCauses(res); len(z) > 0 {
+		fmt.Fprintf(&b, "  (0 everywhere: %s)\n", strings.Join(z, ", "))
 	}
 	fmt.Fprintf(&b, "\nreport: %s\n", filepath.Join(res.ReportDir, "report.md"))
 	return b.String()
@@ -194,6 +220,9 @@ func Markdown(res *Result) string {
 			"the reconciler), the SDK's invocation id of the send (a retried send), and how the mapping's invocation " +
 			"that delivered the earlier copy ended (timed out, failed its ledger write, partial failure).\n\n")
 		mdRows(&b, header(res), dup)
+		if z := zeroCauses(res); len(z) > 0 {
+			fmt.Fprintf(&b, "\nNo variant had duplicates from: %s.\n", strings.Join(z, ", "))
+		}
 		b.WriteString("\n")
 	}
 
@@ -272,11 +301,17 @@ func Markdown(res *Result) string {
 	if g != nil {
 		r := g.Reconciler
 		fmt.Fprintf(&b, "\n## Reconciler (gapless)\n\n- scheduled passes: %d (%d failed)\n- failure-queue invocations: %d "+
-			"(%d messages received, %d accounted for and deleted, %d retried)\n- invocations killed: %d\n"+
-			"- gaps detected: %d, replayed: %d; lost to retention: %d\n- checkpoint mirror writes: %d\n- every shard verified "+
+			"(%d messages received, %d accounted for and deleted, %d retried)\n- invocations whose runtime died (the demo's "+
+			"kill, crash killers): %d\n"+
+			"- records replayed (distinct records the reconciler delivered): %d; parked by the reconciler: %d\n"+
+			"- the GapsDetected and GapsReplayed metrics, summed over every pass: %d and %d. They count detections, not "+
+			"records: a pass counts every record it finds missing from the ledger, so a record that keeps failing (a killer, "+
+			"and the records a pass could not finish because of it) counts again on every pass until it is parked; a pass "+
+			"whose runtime died records nothing for the shard it was on\n"+
+			"- spans lost to retention: %d\n- checkpoint mirror writes: %d\n- every shard verified "+
 			"(watermark at the checkpoint mirror, closed shards to their end) before the run ended: %v\n",
 			r.ScheduledRuns, r.ScheduledErrors, r.FailureInvocations, r.FailureMessages, r.FailureDeleted, r.FailureRetried,
-			r.Crashes, g.GapsDetected, g.GapsReplayed, r.LostToRetention, r.CheckpointWrites, g.Verified)
+			r.Crashes, g.ReconcilerReplayed, g.ReconcilerParked, g.GapsDetected, g.GapsReplayed, r.LostToRetention, r.CheckpointWrites, g.Verified)
 
 		b.WriteString("\n## DynamoDB (gapless)\n\nRequests counted at the fault proxies (faulted requests and SDK retries included); " +
 			"write units computed from the bodies of the requests that reached DynamoDB with internal/local/ddbmeter's size rules.\n\n" +
@@ -302,8 +337,9 @@ func Markdown(res *Result) string {
 	}
 
 	b.WriteString("\n## Timelines per shard\n\nRecords produced (grey) and the checkpoint (blue: gapless's mirror; for the " +
-		"other variants the mapping's slowest lane), gapless's verified watermark (green); red ticks under a panel are " +
-		"the records lost, orange ticks the records parked, at their position in the shard.\n\n")
+		"other variants the mapping's slowest lane), gapless's verified watermark (green); a red × is a record lost, an " +
+		"orange ○ a record parked, on the produced line where production reached it; dashed lines mark the split and the " +
+		"racing mapping's start.\n\n")
 	for _, v := range cols {
 		fmt.Fprintf(&b, "![%s](%s/chart.svg)\n\n", columnTitle[v.Name], v.Name)
 	}
@@ -443,7 +479,7 @@ func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[
 	const (
 		cols   = 2
 		pw, ph = 440, 190 // panel
-		ml, mt = 48, 26   // margins inside a panel
+		ml, mt = 48, 40   // margins inside a panel (the top one holds the shard's name and the marks' labels)
 		mr, mb = 12, 28
 		top    = 44
 	)
@@ -496,21 +532,32 @@ func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[
 		fmt.Fprintf(&b, `<text x="%d" y="%d">0s</text><text x="%d" y="%d" text-anchor="end">%.0fs</text>`+"\n", x0, y0+h+14, x0+w, y0+h+14, end.Seconds())
 		px := func(at time.Duration) float64 { return float64(x0) + float64(w)*at.Seconds()/end.Seconds() }
 		py := func(n int) float64 { return float64(y0+h) - float64(h)*float64(n)/float64(ymax) }
-		for k, m := range marks {
-			if m.shard != "" && m.shard != id {
-				continue
+		var here []chartMark
+		for _, m := range marks {
+			if m.shard == "" || m.shard == id {
+				here = append(here, m)
+				fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" stroke-dasharray="4,3"/>`+"\n", px(m.at), y0, px(m.at), y0+h)
 			}
-			x := px(m.at)
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" stroke-dasharray="4,3"/><text x="%.1f" y="%d" fill="#d62728">%s</text>`+"\n",
-				x, y0, x, y0+h, x+3, y0+12+14*k, html.EscapeString(m.label))
+		}
+		// The marks' labels go above the panel, clear of the lines, one text per group of marks
+		// too close for their labels to sit apart.
+		for _, l := range markLabels(here, px, float64(x0+w)) {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#d62728"%s>%s</text>`+"\n", l.x, y0-4, l.anchor, html.EscapeString(l.text))
 		}
 		line := func(color string, width float64, get func(ShardSample) int) {
 			var pts []string
+			before, first := time.Duration(-1), true
 			for _, s := range tl {
 				ss, ok := s.Shards[id]
 				if !ok {
+					before = s.At
 					continue
 				}
+				if first && before >= 0 {
+					// A shard born during the run (a split's child) starts from 0.
+					pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(before), py(0)))
+				}
+				first = false
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.At), py(get(ss))))
 			}
 			if len(pts) > 0 {
@@ -530,6 +577,7 @@ func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[
 			for _, s := range tl {
 				ss, ok := s.Shards[id]
 				if !ok {
+					prevAt, prevN, seen = s.At, 0, true // the shard did not exist yet: 0 produced
 					continue
 				}
 				if ss.Produced >= t.pos {
@@ -556,6 +604,47 @@ func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// markLabel is one label of the marks above a panel.
+type markLabel struct {
+	x      float64
+	anchor string // "" (start) or ` text-anchor="end"`
+	text   string
+}
+
+// markLabels lays the labels of a panel's marks out on one line above it, left to right: a
+// label starts at its mark, or ends at the panel's right edge when it would pass it; when it
+// would then overlap the label before it, the two join ("2nd mapping, split"). Widths are
+// estimated (font size 11: about 6.5 px a character).
+func markLabels(marks []chartMark, px func(time.Duration) float64, right float64) []markLabel {
+	ms := slices.Clone(marks)
+	slices.SortStableFunc(ms, func(a, b chartMark) int { return cmp.Compare(a.at, b.at) })
+	const charW, gap = 6.5, 6
+	width := func(text string) float64 { return charW * float64(utf8.RuneCountInString(text)) }
+	// place puts text at its mark's x, or against the right edge; it returns where it starts.
+	place := func(l *markLabel, markX float64) float64 {
+		l.x, l.anchor = markX, ""
+		if markX+width(l.text) > right {
+			l.x, l.anchor = right, ` text-anchor="end"`
+			return right - width(l.text)
+		}
+		return markX
+	}
+	var out []markLabel
+	var starts, markXs []float64
+	for _, m := range ms {
+		x := px(m.at) + 3
+		l := markLabel{text: m.label}
+		start := place(&l, x)
+		if n := len(out); n > 0 && start < starts[n-1]+width(out[n-1].text)+gap {
+			out[n-1].text += ", " + m.label
+			starts[n-1] = place(&out[n-1], markXs[n-1])
+			continue
+		}
+		out, starts, markXs = append(out, l), append(starts, start), append(markXs, x)
+	}
+	return out
 }
 
 // reportBinDir holds the bootstraps the demo built, inside the report directory.

@@ -127,6 +127,8 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 			}
 		}
 		r.Verified = v.verified.Load()
+		r.ReconcilerReplayed = distinctSent(v.sends.all(), sourceReconciler)
+		r.ReconcilerParked = v.parkedByReconciler.len()
 	}
 	if p, ok := v.fn.(*inProcess); ok && p.stats != nil && v.name == VariantCheckpointDecides {
 		st := p.stats

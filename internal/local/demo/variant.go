@@ -114,6 +114,8 @@ type variant struct {
 	parked   *loadgen.Tally
 	parkBad  atomic.Int64 // parked messages whose payload is not the produced one
 	parkMsgs atomic.Int64
+	// parkedByReconciler: ids of the verified parked messages the reconciler sent.
+	parkedByReconciler idSet
 	// drainErrs counts failed receives of the drains (their messages come back later).
 	drainErrs atomic.Int64
 	// lateDrained counts messages that were in flight when the queue first looked empty.
