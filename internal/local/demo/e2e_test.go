@@ -70,6 +70,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	res := runDemo(t, cfg)
 	g, b := res.Gapless, res.Baseline
+	checkWords(t, res)
 
 	var poison []string
 	for _, p := range loadgen.Records(loadgen.Spec{Records: cfg.Records, Keys: cfg.Keys, PoisonRate: cfg.Faults.Poison, Seed: cfg.Seed}) {
@@ -277,6 +278,7 @@ func TestDemoExpire(t *testing.T) {
 	cfg.Retention = 15 * time.Second // the held shard's records of the first 5 s expire
 	cfg.Timeout = 4 * time.Minute
 	res := runDemo(t, cfg)
+	checkWords(t, res)
 	for _, v := range []*VariantResult{res.Baseline, res.Gapless} {
 		if v == nil {
 			t.Fatal("a variant did not run")

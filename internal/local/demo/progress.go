@@ -92,6 +92,11 @@ func (p *progress) ticking(msg string) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
+				if !p.tty && time.Since(start) < 5*time.Second {
+					// Off a terminal a status line is printed as a line of its own: not for
+					// a step that may well end first (the phase line says what it is).
+					continue
+				}
 				p.status(fmt.Sprintf("[build %4ds] %s", int(time.Since(start).Seconds()), msg))
 			}
 		}

@@ -386,7 +386,7 @@ func rssSummary(b *strings.Builder, vs []*VariantResult, full bool) {
 		b.WriteString("| variant | process | pid | first | steady | last | max | observed | flat |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, vr := range vs {
 			for _, p := range vr.Processes {
-				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %.0fs | %v |\n", vr.Name, p.Name, p.PID,
+				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %.0fs | %v |\n", vr.Name, processLabel(p.Name), p.PID,
 					mb(p.FirstKB), mb(p.SteadyKB), mb(p.LastKB), mb(p.MaxKB), p.Seconds, p.Flat)
 			}
 		}
@@ -429,9 +429,25 @@ func rssSummary(b *strings.Builder, vs []*VariantResult, full bool) {
 		sort.Strings(names)
 		for _, n := range names {
 			a := by[n]
-			fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %v |\n", vr.Name, n, a.n, span(a.first), span(a.steady), span(a.last), mb(a.max), a.flat)
+			fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %v |\n", vr.Name, processLabel(n), a.n, span(a.first), span(a.steady), span(a.last), mb(a.max), a.flat)
 		}
 	}
+}
+
+// processLabel says what a process of the memory table is: /proc gives a name cut to 15
+// characters.
+func processLabel(name string) string {
+	switch name {
+	case "gapless":
+		return "gapless (this demo: mappings, proxies, bookkeeping)"
+	case "node":
+		return "node (the npm emulators: kinesis-local, and dynalite and fauxqs unless --backend moto)"
+	case "aws-lambda-rie-", "aws-lambda-rie":
+		return "aws-lambda-rie (runtime interface emulator)"
+	case "bootstrap":
+		return "bootstrap (consumer and reconciler functions)"
+	}
+	return name
 }
 
 // mdRows writes a markdown table: the header, then the rows, numbers right-aligned.
@@ -529,8 +545,17 @@ func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[
 		fmt.Fprintf(&b, `<g><text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", x0, oy+16, html.EscapeString(id))
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#cccccc"/>`+"\n", x0, y0, w, h)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%d</text><text x="%d" y="%d" text-anchor="end">0</text>`+"\n", x0-4, y0+4, ymax, x0-4, y0+h)
-		fmt.Fprintf(&b, `<text x="%d" y="%d">0s</text><text x="%d" y="%d" text-anchor="end">%.0fs</text>`+"\n", x0, y0+h+14, x0+w, y0+h+14, end.Seconds())
 		px := func(at time.Duration) float64 { return float64(x0) + float64(w)*at.Seconds()/end.Seconds() }
+		// Time ticks at a round step, and the end of the run at the right edge.
+		step := timeStep(end)
+		for at := time.Duration(0); at < end; at += step {
+			if px(end)-px(at) < 36 && at > 0 {
+				break // too close to the end's label
+			}
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#cccccc"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
+				px(at), y0+h, px(at), y0+h+3, px(at), y0+h+14, secs(at))
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0+w, y0+h+14, secs(end))
 		py := func(n int) float64 { return float64(y0+h) - float64(h)*float64(n)/float64(ymax) }
 		var here []chartMark
 		for _, m := range marks {
@@ -604,6 +629,28 @@ func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// timeStep is a round step for the time axis of a run lasting end: at most about six ticks.
+func timeStep(end time.Duration) time.Duration {
+	for _, s := range []int{1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600} {
+		if step := time.Duration(s) * time.Second; end/step <= 6 {
+			return step
+		}
+	}
+	return end
+}
+
+// secs shows a time on the chart's axis ("45s", "2m30s").
+func secs(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d < time.Minute {
+		return fmt.Sprintf("%.0fs", d.Seconds())
+	}
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return fmt.Sprintf("%dm%02ds", d/time.Minute, (d%time.Minute)/time.Second)
 }
 
 // markLabel is one label of the marks above a panel.
@@ -756,15 +803,26 @@ func killerSection(res *Result) string {
 	var b strings.Builder
 	b.WriteString("\n## Killer records\n\nRecords that exit the runtime or hang past the function timeout on every " +
 		"attempt (`--crash`, `--hang`; chosen by the seed and the record's id, the same records in every variant). No " +
-		"invocation holding one ever returns an outcome.\n\n| fate | mapping alone | gapless |\n|---|---:|---:|\n")
-	line := func(label string, f func(KillerStats) int) {
-		cell := func(r *VariantResult) string {
-			if r == nil {
-				return "—"
-			}
-			return fmt.Sprint(f(r.Killers))
+		"invocation holding one ever returns an outcome.\n\n")
+	// The variants that ran whose killers' fates are tracked (checkpoint decides may drop a
+	// killer as at or below its checkpoint, a fate this table does not have).
+	var cols []*VariantResult
+	for _, r := range []*VariantResult{res.Baseline, res.Gapless} {
+		if r != nil {
+			cols = append(cols, r)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", label, cell(res.Baseline), cell(res.Gapless))
+	}
+	b.WriteString("| fate |")
+	for _, r := range cols {
+		b.WriteString(" " + columnTitle[r.Name] + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(cols)) + "\n")
+	line := func(label string, f func(KillerStats) int) {
+		b.WriteString("| " + label + " |")
+		for _, r := range cols {
+			fmt.Fprintf(&b, " %d |", f(r.Killers))
+		}
+		b.WriteString("\n")
 	}
 	line("produced", KillerStats.Produced)
 	line("delivered", func(k KillerStats) int { return k.Delivered })

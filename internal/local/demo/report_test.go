@@ -86,7 +86,7 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 func sampleResult() *Result {
 	lost := 7
 	g := &VariantResult{Name: VariantGapless, Produced: 4500, PoisonProduced: 7, DeliveredUnique: 4493, Duplicates: 835, Parked: 7,
-		GapsDetected: 116, GapsReplayed: 93, Verified: true, Seconds: 75,
+		GapsDetected: 116, GapsReplayed: 93, ReconcilerReplayed: 90, ReconcilerParked: 2, Verified: true, Seconds: 75,
 		Mapping: MappingStats{Invocations: 523, RecordsGivenUp: 110, Mappings: 2},
 		DDB:     DDBStats{RequestsPerBatch: 2.8, WCUPerRecord: 0.216, Requests: map[string]int{"Query": 10, "PutItem": 9}}}
 	b := &VariantResult{Name: VariantBaseline, Produced: 4500, PoisonProduced: 7, DeliveredUnique: 4493, Duplicates: 4388, Lost: 7,
@@ -111,13 +111,13 @@ func TestTableAndMarkdown(t *testing.T) {
 		t.Fatalf("header: %q", lines[0])
 	}
 	want := map[string][]string{
-		"LOST":                                 {"7", "40", "0"},
-		"parked (payload verified)":            {"—", "—", "7"},
-		"gaps detected / replayed":             {"—", "—", "116 / 93"},
-		"duplicates delivered":                 {"4388", "3000", "835"},
-		"  skipped as at/below the checkpoint": {"—", "33", "—"},
-		"  racing mapping":                     {"1388", "2000", "300"},
-		"  retry after a failed ledger write":  {"0", "0", "35"},
+		"LOST":                      {"7", "40", "0"},
+		"parked (payload verified)": {"—", "—", "7"},
+		"records the reconciler replayed / parked": {"—", "—", "90 / 2"},
+		"duplicates delivered":                     {"4388", "3000", "835"},
+		"  skipped as at/below the checkpoint":     {"—", "33", "—"},
+		"  racing mapping":                         {"1388", "2000", "300"},
+		"  retry after a failed ledger write":      {"0", "0", "35"},
 	}
 	for label, cells := range want {
 		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, label+" ") })
