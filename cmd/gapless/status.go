@@ -255,8 +255,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"between them that the ledger lacks (gaps), are in flight or parked; and the parked queue's\n"+
 			"depth. Reads the stream after each shard's verified watermark up to its checkpoint and looks\n"+
 			"those records up in the ledger. With --on-park hold-key (or ON_PARK=hold-key), also the held\n"+
-			"keys, from a Scan of the ledger table (--max-hold-scan bounds it). Read-only. With `. .local/stack.env` (after `make up`) every\n"+
-			"name comes from the environment and no flag is needed.")
+			"keys, from a Scan of the ledger table (--max-hold-scan bounds it). Read-only. With\n"+
+			"`. .local/stack.env` (after `make up`) every name comes from the environment and no flag is\n"+
+			"needed.")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
