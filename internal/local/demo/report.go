@@ -547,15 +547,17 @@ func Chart(name string, tl []Sample, gapless bool, marks []chartMark, ticks map[
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%d</text><text x="%d" y="%d" text-anchor="end">0</text>`+"\n", x0-4, y0+4, ymax, x0-4, y0+h)
 		px := func(at time.Duration) float64 { return float64(x0) + float64(w)*at.Seconds()/end.Seconds() }
 		// Time ticks at a round step, and the end of the run at the right edge.
-		step := timeStep(end)
+		step, endLabel := timeStep(end), secs(end)
 		for at := time.Duration(0); at < end; at += step {
-			if px(end)-px(at) < 36 && at > 0 {
+			// A tick's label is centred on it, the end's label ends at the right edge: keep a clear
+			// space between them.
+			if at > 0 && px(end)-px(at) < 6.5*float64(len(endLabel)+len(secs(at)))+10 {
 				break // too close to the end's label
 			}
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#cccccc"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
 				px(at), y0+h, px(at), y0+h+3, px(at), y0+h+14, secs(at))
 		}
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0+w, y0+h+14, secs(end))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0+w, y0+h+14, endLabel)
 		py := func(n int) float64 { return float64(y0+h) - float64(h)*float64(n)/float64(ymax) }
 		var here []chartMark
 		for _, m := range marks {

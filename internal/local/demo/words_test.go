@@ -217,3 +217,27 @@ func TestChartChildShardStartsFromZero(t *testing.T) {
 }
 
 func fmtPt(x, y float64) string { return fmt.Sprintf("%.1f,%.1f", x, y) }
+
+// The time axis has round ticks, and none so close to the end's label that the two run
+// together ("2m 2m18s").
+func TestChartTimeAxis(t *testing.T) {
+	tl := []Sample{
+		{At: 0, Shards: map[string]ShardSample{"shardId-000000000000": {}}},
+		{At: 138 * time.Second, Shards: map[string]ShardSample{"shardId-000000000000": {Produced: 10}}},
+	}
+	svg := Chart("v", tl, false, nil, nil)
+	for _, l := range []string{">0s<", ">30s<", ">1m<", ">1m30s<", ">2m18s<"} {
+		if !strings.Contains(svg, l) {
+			t.Errorf("time axis lacks %s", l)
+		}
+	}
+	if strings.Contains(svg, ">2m<") {
+		t.Error("a tick label runs into the end's label (2m next to 2m18s)")
+	}
+	for d, want := range map[time.Duration]string{0: "0s", 45 * time.Second: "45s", 2 * time.Minute: "2m", 150 * time.Second: "2m30s",
+		61 * time.Minute: "61m", 90*time.Second + 400*time.Millisecond: "1m30s"} {
+		if got := secs(d); got != want {
+			t.Errorf("secs(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
