@@ -80,6 +80,8 @@ func (p *progress) stop() {
 // such as the first build of the bootstraps show they are alive.
 func (p *progress) ticking(msg string) (stop func()) {
 	p.phase("build", msg)
+	// The status lines repeat what is being built, not the phase line's explanation.
+	short, _, _ := strings.Cut(msg, " (")
 	start := time.Now()
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -97,7 +99,7 @@ func (p *progress) ticking(msg string) (stop func()) {
 					// a step that may well end first (the phase line says what it is).
 					continue
 				}
-				p.status(fmt.Sprintf("[build %4ds] %s", int(time.Since(start).Seconds()), msg))
+				p.status(fmt.Sprintf("[build %4ds] %s", int(time.Since(start).Seconds()), short))
 			}
 		}
 	}()
