@@ -346,6 +346,7 @@ func Markdown(res *Result) string {
 
 	b.WriteString("## Memory (RSS)\n\n")
 	rssSummary(&b, cols, res.FullReport)
+	b.WriteString(processLegend)
 	for _, vr := range cols {
 		if len(vr.LostRecords) == 0 {
 			continue
@@ -386,7 +387,7 @@ func rssSummary(b *strings.Builder, vs []*VariantResult, full bool) {
 		b.WriteString("| variant | process | pid | first | steady | last | max | observed | flat |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, vr := range vs {
 			for _, p := range vr.Processes {
-				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %.0fs | %v |\n", vr.Name, processLabel(p.Name), p.PID,
+				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %.0fs | %v |\n", vr.Name, p.Name, p.PID,
 					mb(p.FirstKB), mb(p.SteadyKB), mb(p.LastKB), mb(p.MaxKB), p.Seconds, p.Flat)
 			}
 		}
@@ -429,26 +430,17 @@ func rssSummary(b *strings.Builder, vs []*VariantResult, full bool) {
 		sort.Strings(names)
 		for _, n := range names {
 			a := by[n]
-			fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %v |\n", vr.Name, processLabel(n), a.n, span(a.first), span(a.steady), span(a.last), mb(a.max), a.flat)
+			fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %v |\n", vr.Name, n, a.n, span(a.first), span(a.steady), span(a.last), mb(a.max), a.flat)
 		}
 	}
 }
 
-// processLabel says what a process of the memory table is: /proc gives a name cut to 15
-// characters.
-func processLabel(name string) string {
-	switch name {
-	case "gapless":
-		return "gapless (this demo: mappings, proxies, bookkeeping)"
-	case "node":
-		return "node (the npm emulators: kinesis-local, and dynalite and fauxqs unless --backend moto)"
-	case "aws-lambda-rie-", "aws-lambda-rie":
-		return "aws-lambda-rie (runtime interface emulator)"
-	case "bootstrap":
-		return "bootstrap (consumer and reconciler functions)"
-	}
-	return name
-}
+// processLegend says what the memory table's processes are (/proc gives their names, cut to
+// 15 characters).
+const processLegend = "\nProcesses: `gapless` is this demo (the mappings, proxies, meters and bookkeeping); `node` the " +
+	"npm emulators (kinesis-local, and dynalite and fauxqs unless `--backend moto`); `aws-lambda-rie-` the Lambda runtime " +
+	"interface emulator (one per mapping lane and reconciler trigger; /proc cuts the name); `bootstrap` the consumer and " +
+	"reconciler functions it runs.\n"
 
 // mdRows writes a markdown table: the header, then the rows, numbers right-aligned.
 func mdRows(b *strings.Builder, head []string, rs [][]string) {

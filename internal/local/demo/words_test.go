@@ -241,3 +241,14 @@ func TestChartTimeAxis(t *testing.T) {
 		}
 	}
 }
+
+// The memory table's process names are /proc's (cut to 15 characters): the report says what
+// each is.
+func TestMemoryTableSaysWhatEachProcessIs(t *testing.T) {
+	md := Markdown(sampleResult())
+	for _, s := range []string{"`gapless` is this demo", "`node` the npm emulators", "`aws-lambda-rie-` the Lambda runtime interface emulator", "`bootstrap` the consumer"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+}
