@@ -38,7 +38,7 @@ func NewReconciler(ctx context.Context, p ProcessFunc, opts ...Option) (*Reconci
 	}
 	r, err := reconcile.New(kinesis.NewFromConfig(parts.AWS), parts.Checkpoints, parts.Pipeline,
 		reconcile.Config{Group: cfg.Group, Stream: cfg.StreamName, StreamARN: cfg.StreamARN, SettleAfter: cfg.SettleAfter,
-			MaxRecordAge: cfg.MaxRecordAge, Filter: cfg.RecordFilter},
+			MaxRecordAge: cfg.MaxRecordAge, Filter: cfg.RecordFilter, StartingPosition: cfg.StartingPosition},
 		reconcile.WithLogger(parts.Logger))
 	if err != nil {
 		return nil, err

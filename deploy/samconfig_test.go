@@ -111,7 +111,7 @@ func TestSamconfig(t *testing.T) {
 				config.EnvParkedQueueURL: "p", config.EnvTargetQueueURL: "t", config.EnvStreamName: "s", config.EnvPayloadBucket: "payloads",
 				config.EnvMaxRecordAttempts: eff["MaxRecordAttempts"], config.EnvMaxConcurrency: eff["MaxConcurrency"],
 				config.EnvDedupeKey: eff["DedupeKey"], config.EnvLedgerTTL: eff["LedgerTTL"], config.EnvSettleAfter: eff["SettleAfter"],
-				config.EnvMaxRecordAge: eff["MaximumRecordAgeSeconds"],
+				config.EnvMaxRecordAge: eff["MaximumRecordAgeSeconds"], config.EnvStartingPosition: eff["StartingPosition"],
 			}
 			if _, err := config.LoadReconciler(func(k string) string { return vars[k] }); err != nil {
 				t.Errorf("%s settings rejected by the reconciler's config: %v", env, err)

@@ -186,6 +186,9 @@ var (
 			config.EnvSettleAfter: {"SettleAfter"},
 			// the same parameter as the mapping's MaximumRecordAgeInSeconds: the tail bound
 			config.EnvMaxRecordAge: {"MaximumRecordAgeSeconds"},
+			// the same parameter as the mapping's StartingPosition: the scope of a lineage the
+			// mapping never checkpointed
+			config.EnvStartingPosition: {"StartingPosition"},
 		}),
 	}
 )

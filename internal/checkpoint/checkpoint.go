@@ -132,6 +132,9 @@ type State struct {
 	EndingSeq    string
 	CheckpointAt time.Time
 	WatermarkAt  time.Time
+	// ScopeFrom: with the mapping at LATEST, the time from which the group's records are in
+	// scope (SetScopeFrom); zero when never recorded.
+	ScopeFrom time.Time
 	Counters
 }
 

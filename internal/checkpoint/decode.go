@@ -30,6 +30,7 @@ func decode(item map[string]types.AttributeValue) (State, error) {
 	st.Watermark = d.position(attrWatermark, attrWatermarkEnc)
 	st.CheckpointAt = d.instant(attrCheckpointAt)
 	st.WatermarkAt = d.instant(attrWatermarkAt)
+	st.ScopeFrom = d.instant(attrScopeFrom)
 	st.Parents = d.list(attrParents)
 	st.Closed = d.bool(attrClosed)
 	if st.EndingSeq = d.str(attrEndingSeq, false); st.EndingSeq != "" {

@@ -38,6 +38,15 @@ const (
 	EnvSettleAfter       = "SETTLE_AFTER"
 	EnvMaxRecordAge      = "MAXIMUM_RECORD_AGE_SECONDS"
 	EnvOnPark            = "ON_PARK"
+	// EnvStartingPosition is the mapping's StartingPosition, given to the reconciler: it decides
+	// which records of a lineage the mapping never checkpointed are in scope.
+	EnvStartingPosition = "STARTING_POSITION"
+)
+
+// STARTING_POSITION values (the mapping's StartingPosition; template.yaml allows these two).
+const (
+	StartingTrimHorizon = "TRIM_HORIZON"
+	StartingLatest      = "LATEST"
 )
 
 // ON_PARK values: what a parked record means for the later records of its partition key.
@@ -138,6 +147,11 @@ type Reconciler struct {
 	// Records past the checkpoint older than this (at most 12h) plus SettleAfter are verified
 	// by the scheduled pass (reconcile.TailAfter).
 	MaxRecordAge time.Duration
+	// StartingPosition is the mapping's StartingPosition (STARTING_POSITION: TRIM_HORIZON, the
+	// default, or LATEST; template.yaml sets it from the same parameter as the mapping's). With
+	// TRIM_HORIZON every record of a shard the mapping never checkpointed is in scope; with
+	// LATEST only those that arrived after the group's scope start (docs/reconciler.md).
+	StartingPosition string
 }
 
 // LoadConsumer reads and validates the consumer's variables through getenv (os.Getenv in main).
@@ -164,6 +178,13 @@ func LoadReconciler(getenv func(string) string, opts ...LoadOption) (Reconciler,
 		p.fail(EnvMaxRecordAge, p.getenv(EnvMaxRecordAge), fmt.Sprintf("must be -1 (no limit) or %d to %d, like the mapping's MaximumRecordAgeInSeconds", MinRecordAgeSeconds, MaxRecordAgeSeconds))
 	} else {
 		r.MaxRecordAge = time.Duration(age) * time.Second
+	}
+	switch r.StartingPosition = strings.TrimSpace(getenv(EnvStartingPosition)); r.StartingPosition {
+	case "":
+		r.StartingPosition = StartingTrimHorizon
+	case StartingTrimHorizon, StartingLatest:
+	default:
+		p.fail(EnvStartingPosition, r.StartingPosition, "must be "+StartingTrimHorizon+" or "+StartingLatest+", like the mapping's StartingPosition")
 	}
 	switch m := StreamARNPattern.FindStringSubmatch(r.StreamARN); {
 	case r.StreamARN == "" && r.StreamName == "":

@@ -120,8 +120,16 @@ func TestEachFindingLive(t *testing.T) {
 			[]string{"mapping.on-failure-not-consumed"}},
 		{"mapping stopped", func(t *testing.T, r *localRun) { r.control.State = "Disabled" },
 			[]string{"mapping.disabled"}},
-		{"LATEST", func(t *testing.T, r *localRun) { r.control.Mapping.StartingPosition = esm.Latest },
-			[]string{"mapping.latest"}},
+		// template.yaml gives the reconciler the mapping's StartingPosition (STARTING_POSITION).
+		{"LATEST", func(t *testing.T, r *localRun) {
+			r.control.Mapping.StartingPosition = esm.Latest
+			r.control.ReconcilerEnv = maps.Clone(r.control.ReconcilerEnv)
+			r.control.ReconcilerEnv["STARTING_POSITION"] = "LATEST"
+		}, []string{"mapping.latest"}},
+		{"LATEST on the reconciler only", func(t *testing.T, r *localRun) {
+			r.control.ReconcilerEnv = maps.Clone(r.control.ReconcilerEnv)
+			r.control.ReconcilerEnv["STARTING_POSITION"] = "LATEST"
+		}, []string{"mapping.starting-position-mismatch"}},
 		{"no schedule", func(t *testing.T, r *localRun) { r.control.Schedule = nil },
 			[]string{"reconciler.schedule-missing"}},
 		{"schedule disabled", func(t *testing.T, r *localRun) { r.control.Schedule.Enabled = false },

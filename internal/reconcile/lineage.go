@@ -19,9 +19,9 @@ import "github.com/gapless-dev/gapless/internal/checkpoint"
 // TailAfter, when the mapping can no longer be working on it). Without this such a child was
 // never read and its records expired with the stream, uncounted.
 //
-// Not covered: an original shard (no parents) without a checkpoint, or a lineage none of whose
-// shards ever got a checkpoint. A mapping created at LATEST skips what was written before it
-// on purpose, and nothing in the checkpoint table tells that from records given up.
+// An original shard (no parents) without a checkpoint, the root of a lineage none of whose
+// shards ever got a checkpoint, is scope.go's (neverCheckpointed): which of its records are in
+// scope depends on the mapping's StartingPosition, which the checkpoint table does not hold.
 func consumedFromStart(sh shardInfo, st checkpoint.State, done, inStream map[string]bool, byShard map[string]checkpoint.State) bool {
 	if st.Checkpoint != "" || len(sh.parents) == 0 || sh.startingSeq == "" {
 		return false

@@ -49,6 +49,7 @@ type Checkpoints interface {
 	AddCounters(ctx context.Context, shard recordid.Shard, c checkpoint.Counters) error
 	MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error
 	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
+	SetScopeFrom(ctx context.Context, shard recordid.Shard, at time.Time) error
 }
 
 var _ Checkpoints = (*checkpoint.Store)(nil)
@@ -97,6 +98,10 @@ type Config struct {
 	// Filter is the mapping's record filter (RECORD_FILTER): a record it drops never reached the
 	// consumer, so it counts as accounted for (Filtered), not as a gap. nil: no filter.
 	Filter *filter.Filter
+	// StartingPosition is the mapping's StartingPosition (STARTING_POSITION): StartTrimHorizon
+	// ("" means it too) or StartLatest. It sets where a lineage the mapping never checkpointed
+	// is in scope (scope.go; docs/reconciler.md, "A lineage the mapping never checkpointed").
+	StartingPosition string
 }
 
 // TailAgeCap bounds the age the mapping is trusted to still be working on a record past the
@@ -169,6 +174,11 @@ func New(kin kinesisAPI, cps Checkpoints, replay Replayer, cfg Config, opts ...O
 	}
 	if cfg.SettleAfter < 0 {
 		return nil, fmt.Errorf("%w: SettleAfter %s is negative", ErrConfig, cfg.SettleAfter)
+	}
+	switch cfg.StartingPosition {
+	case "", StartTrimHorizon, StartLatest:
+	default:
+		return nil, fmt.Errorf("%w: StartingPosition %q, want %s or %s", ErrConfig, cfg.StartingPosition, StartTrimHorizon, StartLatest)
 	}
 	cfg = cfg.withDefaults()
 	r := &Reconciler{kin: kin, cps: cps, replay: replay, cfg: cfg, now: time.Now, log: slog.Default()}
@@ -305,6 +315,7 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 		inStream[s.id] = true
 	}
 	drained := drainedShards(shards, byShard)
+	scope := r.scopeStart(ctx, shards, byShard)
 	// Parents before children: a child is verified only once each parent still in the stream
 	// is closed and verified to its end, as the mapping drains parents first.
 	done := map[string]bool{}
@@ -328,8 +339,12 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 			rep.add(ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true}, r.now())
 			continue
 		}
-		if consumedFromStart(sh, st, done, inStream, byShard) {
-			st.Checkpoint = sh.startingSeq // a child the mapping gave up on from its start (lineage.go)
+		// A child the mapping gave up on from its start (lineage.go), or the root of a lineage it
+		// never checkpointed (scope.go): verified from where the mapping's responsibility starts.
+		from, walk := r.startOf(sh, &st, done, inStream, byShard, drained[sh.id], scope)
+		if !walk {
+			rep.add(ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Complete: true}, r.now())
+			continue
 		}
 		if len(sh.parents) > 0 && len(st.Parents) == 0 && st.Checkpoint != "" {
 			if err := r.cps.SetLineage(ctx, st.Shard, sh.parents); err != nil {
@@ -337,7 +352,7 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 			}
 		}
 		sr, stuck, err := r.withinShardBudget(ctx, len(order)-i, func(ctx context.Context) (ShardReport, error) {
-			return r.verifyShard(ctx, sh, st, drained[sh.id])
+			return r.verifyShard(ctx, sh, st, drained[sh.id], from)
 		})
 		if stuck {
 			sr = ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true, Stuck: true}
@@ -572,7 +587,7 @@ const (
 )
 
 // verifyShard walks one shard from its watermark to its bound.
-func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoint.State, drained bool) (rep ShardReport, _ error) {
+func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoint.State, drained bool, from startFrom) (rep ShardReport, _ error) {
 	rep = ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark}
 	closed := sh.endingSeq != ""
 	upper := st.Checkpoint
@@ -604,7 +619,15 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	defer r.addCounters(ctx, shard, &counters)
 
 	start := st.Watermark
-	lost, err := r.open(ctx, rd, start, sh.startingSeq)
+	var lost *lostSpan
+	var err error
+	if start == "" && from != (startFrom{}) {
+		r.log.InfoContext(ctx, "verifying a shard the mapping never checkpointed, from where its responsibility starts",
+			"group", r.cfg.Group, "shard_id", sh.id, "trim_horizon", from.trimHorizon, "scope_from", from.at)
+		err = r.openFrom(ctx, rd, from)
+	} else {
+		lost, err = r.open(ctx, rd, start, sh.startingSeq)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			rep.Deferred = true

@@ -1,0 +1,141 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+)
+
+// The event-source mapping's StartingPosition (Config.StartingPosition, STARTING_POSITION). It
+// decides which records of a shard the mapping never checkpointed are the group's to verify
+// (docs/reconciler.md, "A lineage the mapping never checkpointed"). CreateEventSourceMapping's
+// StartingPosition (https://docs.aws.amazon.com/lambda/latest/api/API_CreateEventSourceMapping.html):
+// TRIM_HORIZON starts at the oldest untrimmed record of each shard, LATEST just after the most
+// recent one. Polling starts eventually ("may take several minutes" after creation, so a mapping
+// at LATEST "could miss events during a create or update": Lambda's "Polling and stream starting
+// positions", https://docs.aws.amazon.com/lambda/latest/dg/msk-starting-positions.html).
+const (
+	StartTrimHorizon = "TRIM_HORIZON" // every record still in the stream is in scope (the default)
+	StartLatest      = "LATEST"       // records that arrived from the group's scope start on
+)
+
+// startFrom says where the walk of a shard without a verified watermark begins, when not at its
+// StartingSequenceNumber (the zero value).
+type startFrom struct {
+	// trimHorizon: at the oldest record still held, counting no loss before it (nothing proves
+	// a record trimmed before it was ever the mapping's: it may predate the mapping).
+	trimHorizon bool
+	// at: AT_TIMESTAMP, the group's scope start with the mapping at LATEST (records that
+	// arrived before it were never the mapping's).
+	at time.Time
+}
+
+// neverCheckpointed reports whether sh is the root of a lineage the mapping has no checkpoint
+// in: no checkpoint of its own, no parent still in the stream (an original shard, or one whose
+// parents expired), not covered by consumedFromStart (parents recorded closed), and not drained
+// (no descendant has a checkpoint, which would make the whole shard verified as behind it).
+func neverCheckpointed(sh shardInfo, st checkpoint.State, inStream map[string]bool, drained bool) bool {
+	if st.Checkpoint != "" || sh.startingSeq == "" || drained {
+		return false
+	}
+	for _, p := range sh.parents {
+		if inStream[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// startOf decides how a shard without a checkpoint of its own is walked, if at all. A child of
+// parents verified to their end (consumedFromStart), or a root of a lineage never checkpointed
+// (neverCheckpointed), gets a virtual checkpoint at its StartingSequenceNumber, so that all its
+// records are a tail (verified once older than TailAfter, when the mapping can no longer be
+// working on them); the walk starts, with no watermark yet, where the mapping's responsibility
+// starts: the shard's first record for a child under TRIM_HORIZON, the oldest record held for a
+// root under TRIM_HORIZON, the group's scope start (AT_TIMESTAMP) for both under LATEST. ok is
+// false for a shard that is left alone (it has a checkpoint: ok is true and nothing changes; it
+// is neither of the two; or the scope start under LATEST is not recorded yet).
+func (r *Reconciler) startOf(sh shardInfo, st *checkpoint.State, done, inStream map[string]bool, byShard map[string]checkpoint.State, drained bool, scope time.Time) (from startFrom, walk bool) {
+	child := consumedFromStart(sh, *st, done, inStream, byShard)
+	root := !child && neverCheckpointed(sh, *st, inStream, drained)
+	if !child && !root {
+		return startFrom{}, true
+	}
+	if r.cfg.StartingPosition == StartLatest {
+		if scope.IsZero() {
+			return startFrom{}, false // not durable yet: retried next pass
+		}
+		from.at = scope
+	} else if root {
+		from.trimHorizon = true
+	}
+	st.Checkpoint = sh.startingSeq // every record is past this virtual checkpoint: a tail
+	return from, true
+}
+
+// scopeStart returns the group's scope start under LATEST: the earliest ScopeFrom recorded on
+// any of its shard items, or, when none is, now, recorded first. It records the value on every
+// shard of the stream whose item lacks one (once per shard in the stream's life: a shard that
+// appears later gets the group's value, not the time it was first seen). Zero when the position
+// is not LATEST, or when no item holds the value and recording it failed (the shards that need
+// it are left for the next pass).
+func (r *Reconciler) scopeStart(ctx context.Context, shards []shardInfo, byShard map[string]checkpoint.State) time.Time {
+	if r.cfg.StartingPosition != StartLatest {
+		return time.Time{}
+	}
+	var scope time.Time
+	for _, st := range byShard {
+		if !st.ScopeFrom.IsZero() && (scope.IsZero() || st.ScopeFrom.Before(scope)) {
+			scope = st.ScopeFrom
+		}
+	}
+	durable := !scope.IsZero()
+	if scope.IsZero() {
+		scope = r.now()
+	}
+	for _, sh := range shards {
+		if !byShard[sh.id].ScopeFrom.IsZero() {
+			continue
+		}
+		if err := r.cps.SetScopeFrom(ctx, r.shard(sh.id), scope); err != nil {
+			r.log.WarnContext(ctx, "recording the group's scope start failed; retried next pass", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
+			continue
+		}
+		if !durable {
+			r.log.InfoContext(ctx, "recorded the group's scope start (StartingPosition LATEST): records that arrived before it on a shard the mapping never checkpointed are out of scope",
+				"group", r.cfg.Group, "stream", r.cfg.Stream, "scope_from", scope.UTC().Format(time.RFC3339Nano))
+		}
+		durable = true
+	}
+	if !durable {
+		return time.Time{}
+	}
+	return scope
+}
+
+// openFrom positions rd for a shard without a verified watermark according to from.
+func (r *Reconciler) openFrom(ctx context.Context, rd *shardReader, from startFrom) error {
+	if !from.at.IsZero() {
+		return rd.openAt(ctx, from.at)
+	}
+	return rd.open(ctx, "", "") // TRIM_HORIZON
+}
+
+// openAt positions the reader AT_TIMESTAMP t: at the first record that arrived at or after t.
+func (r *shardReader) openAt(ctx context.Context, t time.Time) error {
+	in := &kinesis.GetShardIteratorInput{ShardId: aws.String(r.shardID), ShardIteratorType: types.ShardIteratorTypeAtTimestamp, Timestamp: aws.Time(t)}
+	in.StreamName, in.StreamARN = streamRef(r.stream, r.streamARN)
+	out, err := r.kin.GetShardIterator(ctx, in)
+	if err != nil {
+		return fmt.Errorf("reconcile: GetShardIterator %s AT_TIMESTAMP %s: %w", r.shardID, t.UTC().Format(time.RFC3339Nano), err)
+	}
+	r.iterator = out.ShardIterator
+	r.ended = r.iterator == nil
+	return nil
+}

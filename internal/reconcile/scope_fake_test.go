@@ -1,0 +1,19 @@
+package reconcile
+
+import (
+	"context"
+	"time"
+
+	"github.com/gapless-dev/gapless/internal/recordid"
+)
+
+// SetScopeFrom records at unless the shard already holds a scope start (as the store's
+// if_not_exists). TEST-ONLY.
+func (c *memCheckpoints) SetScopeFrom(_ context.Context, shard recordid.Shard, at time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.get(shard); st.ScopeFrom.IsZero() {
+		st.ScopeFrom = at
+	}
+	return nil
+}
