@@ -412,12 +412,17 @@ type outcome struct {
 	abandoned bool
 	held      bool
 	isolated  bool
-	died      bool        // parked for dead attempts
-	heldKey   bool        // parked behind its key's hold without running (hold.go)
-	head      recordid.ID // the head of its key's hold, when parked with hold-key on
+	died      bool         // parked for dead attempts
+	heldKey   bool         // parked behind its key's hold without running (hold.go)
+	head      *recordid.ID // the head of its key's hold, when parked with hold-key on (nil: none)
 	attempts  int
 	err       error
 }
+
+// An outcome is kept per record of the batch for the whole run: at 10,000 records every byte of
+// it is 10 KB of live heap during the sends, and the collector's heap goal is twice the live heap
+// (docs/benchmarks.md, "Memory of the batched bridge"). The hold head, set only for records
+// parked with hold-key on, is therefore a pointer (48 bytes an outcome instead of 80).
 
 // Run processes b. Records are reported done only when Run returns a nil error; an error (always
 // wrapping ErrLedger or ErrInvalidBatch) means the caller must fail the whole batch.
@@ -473,6 +478,14 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 		// Isolating or racing: the marker must name exactly what this run will attempt, or a
 		// death would blame records it never ran. One more round trip, only on this path.
 		mk.narrow(ctx, pl.narrow, &res)
+	}
+	// The marker's copy of every id of the batch is written; only a renewal writes it again,
+	// and the batch holds the same ids: drop the copy (40 bytes a record of live heap during
+	// the sends) and rebuild it for a renewal (markerRun.whole).
+	mine.IDs = nil
+	mk.mine.IDs = nil
+	if len(mk.cur.IDs) == len(b.Records) {
+		mk.cur.IDs, mk.whole = nil, &b
 	}
 	if pl.window > 0 {
 		log.WarnContext(ctx, "isolating records that died with earlier invocations: running only a prefix of the batch",
@@ -556,6 +569,9 @@ type markerRun struct {
 	log     *slog.Logger
 	failed  bool // a Mark call failed (the marker may or may not exist)
 	gone    bool // released, or never written
+	// whole, when set, is the batch whose every id cur names (cur.IDs is then nil, rebuilt
+	// for each renewal).
+	whole *Batch
 }
 
 // renew extends the marker's lease every half lease while records run, until stop is called
@@ -580,7 +596,14 @@ func (m *markerRun) renew(ctx context.Context) (stop func()) {
 			}
 			mk := m.cur
 			mk.Deadline = earliest(m.limit, m.p.now().Add(m.p.lease))
-			if err := m.marking.Mark(ctx, m.shard, mk); err != nil {
+			if m.whole != nil {
+				mk.IDs = batchIDs(m.whole)
+			}
+			err := m.marking.Mark(ctx, m.shard, mk)
+			if m.whole != nil {
+				mk.IDs = nil
+			}
+			if err != nil {
 				m.log.WarnContext(ctx, "in-flight marker lease not renewed: another invocation may take this run for dead",
 					"sequence_number", mk.First, "last_sequence_number", mk.Last, "error", err)
 				continue
@@ -612,6 +635,7 @@ func (m *markerRun) narrow(ctx context.Context, ids []recordid.ID, res *Result) 
 	}
 	mk := m.cur
 	mk.IDs = ids
+	m.whole = nil
 	m.failed = false
 	m.write(ctx, mk)
 	if m.failed {
@@ -636,7 +660,10 @@ func (m *markerRun) release(ctx context.Context) {
 
 // plan is what the ledger's markers decide before anything runs.
 type plan struct {
-	kinds      []planKind
+	kinds []planKind
+	// Per record, allocated only when a dead marker names a record of the batch (nil on the
+	// happy path, where they would be 24 bytes a record of live heap for the whole run; read
+	// them through deathsOf, soloOf, minDeadOf):
 	deaths     []int // dead markers naming the record
 	solo       []int // the part of deaths whose marker named only this record
 	minDead    []int // size of the smallest dead marker naming the record
@@ -652,7 +679,7 @@ type plan struct {
 // plan classifies the batch's records (see the package comment, "In-flight markers").
 func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 	n := len(b.Records)
-	pl := &plan{kinds: make([]planKind, n), deaths: make([]int, n), solo: make([]int, n), minDead: make([]int, n)}
+	pl := &plan{kinds: make([]planKind, n)}
 	held := make([]bool, n)
 	if mv, ok := view.(MarkerView); ok {
 		now := p.now()
@@ -675,6 +702,9 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 					continue
 				}
 				if dead {
+					if pl.deaths == nil {
+						pl.deaths, pl.solo, pl.minDead = make([]int, n), make([]int, n), make([]int, n)
+					}
 					pl.deaths[i]++
 					if pl.minDead[i] == 0 || m.Size < pl.minDead[i] {
 						pl.minDead[i] = m.Size
@@ -698,7 +728,7 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 		case held[i] || heldKeys[r.PartitionKey]:
 			pl.kinds[i] = planHeld
 			heldKeys[r.PartitionKey] = true
-		case pl.solo[i] > 0 && view.Attempts(r.ID)+pl.solo[i] >= p.cfg.MaxRecordAttempts:
+		case pl.soloOf(i) > 0 && view.Attempts(r.ID)+pl.soloOf(i) >= p.cfg.MaxRecordAttempts:
 			pl.kinds[i] = planDead
 		default:
 			runnable = append(runnable, i)
@@ -708,10 +738,10 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 	isolated := false
 	if len(runnable) > 0 {
 		head := runnable[0]
-		pl.headDeaths, pl.headSeq = pl.deaths[head], b.Records[head].ID.Seq
+		pl.headDeaths, pl.headSeq = pl.deathsOf(head), b.Records[head].ID.Seq
 		if pl.headDeaths > 0 {
 			// Bisect: half of the smallest dead run that held the head, at least one record.
-			w := min(len(runnable), max(1, (pl.minDead[head]+1)/2))
+			w := min(len(runnable), max(1, (pl.minDeadOf(head)+1)/2))
 			pl.window = w
 			end := runnable[w-1]
 			for _, i := range runnable[w:] {
@@ -756,7 +786,22 @@ func earlier(a, b Marker) bool {
 }
 
 // attempts is id's failed attempts so far: recorded failures plus deaths it suffered alone.
-func (pl *plan) attempts(view View, i int, id recordid.ID) int { return view.Attempts(id) + pl.solo[i] }
+func (pl *plan) attempts(view View, i int, id recordid.ID) int {
+	return view.Attempts(id) + pl.soloOf(i)
+}
+
+// deathsOf, soloOf and minDeadOf read the per-record death counts (0 when no dead marker named
+// a record of the batch).
+func (pl *plan) deathsOf(i int) int  { return at(pl.deaths, i) }
+func (pl *plan) soloOf(i int) int    { return at(pl.solo, i) }
+func (pl *plan) minDeadOf(i int) int { return at(pl.minDead, i) }
+
+func at(s []int, i int) int {
+	if s == nil {
+		return 0
+	}
+	return s[i]
+}
 
 // processContext ends half a margin before ctx's deadline, leaving the rest for the writes.
 func (p *Pipeline) processContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -910,7 +955,7 @@ func (r *batchRun) parkDead(ctx context.Context, rec *Record, i int, o *outcome)
 	o.attempted, o.died, o.err = false, true, ErrDied
 	o.attempts = r.plan.attempts(r.view, i, rec.ID)
 	recordLogger(r.log, rec).ErrorContext(ctx, "record killed the invocations that ran it: parking it without running it again",
-		"attempts", o.attempts, "dead_attempts", r.plan.deaths[i], "max_attempts", r.p.cfg.MaxRecordAttempts)
+		"attempts", o.attempts, "dead_attempts", r.plan.deathsOf(i), "max_attempts", r.p.cfg.MaxRecordAttempts)
 	r.finishFailed(ctx, rec, o)
 	if o.status == statusFailed {
 		o.died = false
