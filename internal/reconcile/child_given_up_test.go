@@ -55,23 +55,12 @@ func TestChildTheMappingGaveUpIsReplayed(t *testing.T) {
 
 			// The fault: every batch of the child gaveUp crashes (and, with parentFails, every
 			// batch of the parent), and no on-failure message is delivered.
-			crash := map[string]bool{}
 			given := slices.Clone(gaveUp)
 			if tc.parentFails {
 				given = append(slices.Clone(a), gaveUp...)
 			}
-			for _, p := range given {
-				crash[p.seq] = true
-			}
 			rec := newRecorder()
-			failed := s.runGivingUp(t, rec, crash)
-			covered := 0
-			for _, e := range failed {
-				covered += e.Size
-			}
-			if covered != len(given) {
-				t.Fatalf("delivery-failed events cover %d records, want the %d given up", covered, len(given))
-			}
+			s.runGivingUp(t, rec, given)
 			consumed := idsOf(kept)
 			if !tc.parentFails {
 				consumed = append(idsOf(a), consumed...)

@@ -19,12 +19,16 @@ import (
 
 // runGivingUp runs the local mapping (TRIM_HORIZON, until drained) over s's stream with the real
 // consumer (rec as Process) until every shard is drained. Every invocation holding a record of
-// crash crashes, so the mapping (MaximumRetryAttempts 1, BatchSize 5) gives those batches up,
+// given crashes, so the mapping (MaximumRetryAttempts 1, BatchSize 5) gives those batches up,
 // and every on-failure delivery fails (WithDestinationFault: DestinationDeliveryFailures). It
-// checks that the failure queue stayed empty and returns the mapping's
-// destination_delivery_failed events.
-func (s *stack) runGivingUp(t *testing.T, rec *recorder, crash map[string]bool) []esm.Event {
+// checks that the failure queue stayed empty and that the mapping's
+// destination_delivery_failed events cover exactly the records given, and returns the events.
+func (s *stack) runGivingUp(t *testing.T, rec *recorder, given []put) []esm.Event {
 	t.Helper()
+	crash := map[string]bool{}
+	for _, p := range given {
+		crash[p.seq] = true
+	}
 	h := consumer.NewHandler(s.pipeline(rec.process, 3), s.group, nil)
 	inv := crashingInvoker{h: h, crash: crash}
 	lanes := func(string, int) (esm.Invoker, error) { return inv, nil }
@@ -69,6 +73,13 @@ func (s *stack) runGivingUp(t *testing.T, rec *recorder, crash map[string]bool) 
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	covered := 0
+	for _, e := range failed {
+		covered += e.Size
+	}
+	if covered != len(given) {
+		t.Fatalf("delivery-failed events cover %d records, want the %d given up", covered, len(given))
+	}
 	return failed
 }
 
@@ -110,11 +121,7 @@ func givenUpTail(t *testing.T, s *stack) (a, tail []put, rec *recorder) {
 	a = s.putN(10, "A", keyMod(3), nil)
 	tail = s.putN(5, "T", keyMod(3), nil)
 	rec = newRecorder()
-	crash := map[string]bool{}
-	for _, p := range tail {
-		crash[p.seq] = true
-	}
-	failed := s.runGivingUp(t, rec, crash) // A in two batches, T in a third: only T crashes
+	failed := s.runGivingUp(t, rec, tail) // A in two batches, T in a third: only T crashes
 	if len(failed) == 0 || failed[0].FirstSeq != tail[0].seq || failed[len(failed)-1].LastSeq != tail[len(tail)-1].seq {
 		t.Fatalf("delivery-failed events %+v, want them to cover %s..%s", failed, tail[0].seq, tail[len(tail)-1].seq)
 	}
