@@ -14,6 +14,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/gapless-dev/gapless"
+	"github.com/gapless-dev/gapless/internal/local/syncbuf"
 )
 
 func TestConfigurationErrorsNameTheVariable(t *testing.T) {
@@ -69,23 +70,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers (records of different keys log at once).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // TestConsumerOptions runs a consumer against the local stack with every option: the Process
 // receives the records as Kinesis delivered them, the wrappers run in order (the last given

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/local/localstack"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/local/rie"
+	"github.com/gapless-dev/gapless/internal/local/syncbuf"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -229,20 +229,4 @@ func TestScheduledPassUnderRIE(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the emulator's output goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer

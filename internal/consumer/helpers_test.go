@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/local/localstack"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
+	"github.com/gapless-dev/gapless/internal/local/syncbuf"
 	"github.com/gapless-dev/gapless/internal/metrics"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
@@ -133,22 +133,7 @@ func (p *processor) setFail(seqs ...string) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ syncbuf.Buffer }
 
 // jsonLines decodes every line of the buffer.
 func (s *syncBuffer) jsonLines(t *testing.T) []map[string]any {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/local/syncbuf"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
@@ -48,22 +49,7 @@ type env struct {
 	logs   *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ syncbuf.Buffer }
 
 // lines returns the decoded JSON log lines whose msg contains substr.
 func (s *syncBuffer) lines(t *testing.T, substr string) []map[string]any {

@@ -11,10 +11,10 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/local/rie"
+	"github.com/gapless-dev/gapless/internal/local/syncbuf"
 )
 
 // Bootstrap is one function binary to build and start under the emulator.
@@ -78,24 +78,6 @@ func build(ctx context.Context, root, pkg, goarch, out string) (int64, error) {
 	return st.Size(), nil
 }
 
-// lockedBuffer collects the emulator's output from its two writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // ColdStarts builds each bootstrap with BuildFlags into dir, measures its size, and starts it
 // under aws-lambda-rie reps times, each a fresh environment invoked twice with an empty event
 // (cold, then warm). arm64 also builds the arm64 binary for its size.
@@ -138,7 +120,7 @@ func ColdStarts(ctx context.Context, root, dir string, boots []Bootstrap, reps i
 var emptyEvent = []byte(`{"Records":[]}`)
 
 func coldStart(ctx context.Context, bin string, env map[string]string) (coldMs, warmMs float64, err error) {
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{} // the emulator's output from its two writers
 	inst, err := rie.Start(ctx, rie.Options{Bootstrap: bin, Env: env, Timeout: 60 * time.Second, Memory: 1024, LogWriter: logs})
 	if err != nil {
 		return 0, 0, err

@@ -1,33 +1,16 @@
 package demo
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gapless-dev/gapless/internal/local/syncbuf"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A build's status line names what is built; the explanation is on the phase line only.
 func TestTickingStatusLineIsShort(t *testing.T) {
-	var buf lockedBuffer
+	var buf syncbuf.Buffer
 	p := &progress{w: &buf, tty: true}
 	stop := p.ticking("building functions/consumer (go build; the first build takes a minute or two)")
 	deadline := time.Now().Add(30 * time.Second)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/local/localstack"
+	"github.com/gapless-dev/gapless/internal/local/syncbuf"
 )
 
 var (
@@ -288,19 +289,4 @@ func TestGoModPinsVersion(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
