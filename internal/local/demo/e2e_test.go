@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -171,14 +170,7 @@ func TestDemoEndToEnd(t *testing.T) {
 			t.Errorf("report keeps %s without --full-report", f)
 		}
 	}
-	raw, err := os.ReadFile(filepath.Join(res.ReportDir, "result.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var top map[string]any
-	if err := json.Unmarshal(raw, &top); err != nil {
-		t.Fatal(err)
-	}
+	top := resultJSON(t, res.ReportDir)
 	for _, k := range []string{"produced", "delivered_unique", "duplicates", "parked", "lost", "lost_esm_only", "lost_checkpoint_decides",
 		"checkpoint_decides", "gaps_detected", "gaps_replayed", "ddb_requests_per_batch", "ddb_wcu_per_record", "seconds"} {
 		if _, ok := top[k]; !ok {
