@@ -60,11 +60,22 @@ func neverCheckpointed(sh shardInfo, st checkpoint.State, inStream map[string]bo
 // starts: the shard's first record for a child under TRIM_HORIZON, the oldest record held for a
 // root under TRIM_HORIZON, the group's scope start (AT_TIMESTAMP) for both under LATEST. ok is
 // false for a shard that is left alone (it has a checkpoint: ok is true and nothing changes; it
-// is neither of the two; or the scope start under LATEST is not recorded yet).
+// is neither of the two; or the scope start under LATEST is not recorded yet). A shard drained
+// without a checkpoint of its own keeps no virtual checkpoint (verifyShard walks it whole), but
+// under LATEST its walk, too, starts at the group's scope start.
 func (r *Reconciler) startOf(sh shardInfo, st *checkpoint.State, done, inStream map[string]bool, byShard map[string]checkpoint.State, drained bool, scope time.Time) (from startFrom, walk bool) {
 	child := consumedFromStart(sh, *st, done, inStream, byShard)
 	root := !child && neverCheckpointed(sh, *st, inStream, drained)
 	if !child && !root {
+		if drained && st.Checkpoint == "" && r.cfg.StartingPosition == StartLatest {
+			// Drained without a checkpoint of its own (the mapping moved past it to a child
+			// that has one): walked whole (verifyShard), but under LATEST "whole" is from the
+			// group's scope start: its records from before it were never the mapping's.
+			if scope.IsZero() {
+				return startFrom{}, false // not durable yet: retried next pass
+			}
+			return startFrom{at: scope}, true
+		}
 		return startFrom{}, true
 	}
 	if r.cfg.StartingPosition == StartLatest {
