@@ -104,7 +104,8 @@ func parentConsumed(sh shardInfo, byShard map[string]checkpoint.State) bool {
 }
 
 // scopeStart returns the group's scope start under LATEST: the earliest ScopeFrom recorded on
-// any of its shard items, or, when none is, now, recorded first. It records the value on every
+// any of its shard items, or, when none is, now or the earliest checkpoint time held if
+// earlier, recorded first. It records the value on every
 // shard of the stream whose item lacks one (once per shard in the stream's life: a shard that
 // appears later gets the group's value, not the time it was first seen). Zero when the position
 // is not LATEST, or when no item holds the value and recording it failed (the shards that need
@@ -122,6 +123,15 @@ func (r *Reconciler) scopeStart(ctx context.Context, shards []shardInfo, byShard
 	durable := !scope.IsZero()
 	if scope.IsZero() {
 		scope = r.now()
+		// A group already running when its scope start is first recorded (a reconciler
+		// upgraded to the version that records it, a first pass late after the deployment):
+		// the consumer wrote every checkpoint after the mapping started, so the earliest one
+		// still held bounds the mapping's start from above, closer than this pass's clock.
+		for _, st := range byShard {
+			if st.Checkpoint != "" && !st.CheckpointAt.IsZero() && st.CheckpointAt.Before(scope) {
+				scope = st.CheckpointAt
+			}
+		}
 	}
 	for _, sh := range shards {
 		if !byShard[sh.id].ScopeFrom.IsZero() {

@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"context"
+	"crypto/md5"
+	"fmt"
 	"math/big"
 	"slices"
 	"testing"
@@ -63,4 +65,56 @@ func TestLatestScopeOfAGroupAlreadyRunning(t *testing.T) {
 		}
 	}
 	checkOnce(t, "reconciler", rec.counts(), idsOf(given))
+}
+
+// keyOnShard returns n partition keys whose MD5 hash lands in the lower (low) or upper half of
+// the hash key range: on a two-shard stream, all on one shard (Kinesis maps a record to the
+// shard whose hash key range holds the MD5 of its partition key, as a 128-bit integer).
+func keyOnShard(n int, low bool) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		k := fmt.Sprintf("k-%d", i)
+		if sum := md5.Sum([]byte(k)); (sum[0] < 0x80) == low {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestLatestScopeStartsAtTheEarliestCheckpoint: StartingPosition LATEST, a group whose mapping
+// has been running (shard X checkpointed) before the reconciler first records a scope start
+// (an upgrade to the version that records it, or a first pass late after the deployment). The
+// mapping gave up every batch of shard Y after X's checkpoint (G: no checkpoint). The
+// checkpoint proves the mapping ran since then, so G is in scope and replayed once due. With
+// the scope start at the first pass's clock G lay before it: never replayed nor counted, a
+// window as long as the group had run, not "at most one schedule period".
+func TestLatestScopeStartsAtTheEarliestCheckpoint(t *testing.T) {
+	s := newStack(t, 2)
+	s.waitActive()
+	xKeys, yKeys := keyOnShard(3, true), keyOnShard(4, false)
+	x := s.putN(3, "X", func(i int) string { return xKeys[i] }, nil)
+	s.consume(s.pipeline(newRecorder().process, 3), x) // the mapping consumed shard X
+	g := s.putN(4, "G", func(i int) string { return yKeys[i] }, nil)
+	if g[0].shard == x[0].shard {
+		t.Fatalf("keys landed on one shard %s: the setup did not happen", g[0].shard)
+	}
+
+	rec := newRecorder()
+	clk := &clock{t: time.Now()}
+	cfg := Config{MaxRecordAge: 10 * time.Minute, StartingPosition: StartLatest}
+	r := s.reconciler(s.pipeline(rec.process, 3), cfg, WithClock(clk.now))
+	if _, err := r.Run(context.Background()); err != nil { // the first pass: G is young
+		t.Fatal(err)
+	}
+	scope := s.state(g[0].shard).ScopeFrom
+	if cp := s.state(x[0].shard).CheckpointAt; !scope.Equal(cp) {
+		t.Errorf("scope start %v, want the earliest checkpoint's time %v", scope, cp)
+	}
+	clk.set(time.Now().Add(time.Hour))
+	for range 2 {
+		if _, err := r.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkOnce(t, "reconciler", rec.counts(), idsOf(g))
 }
