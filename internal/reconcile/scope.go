@@ -58,29 +58,54 @@ func neverCheckpointed(sh shardInfo, st checkpoint.State, inStream map[string]bo
 // records are a tail (verified once older than TailAfter, when the mapping can no longer be
 // working on them); the walk starts, with no watermark yet, where the mapping's responsibility
 // starts: the shard's first record for a child under TRIM_HORIZON, the oldest record held for a
-// root under TRIM_HORIZON, the group's scope start (AT_TIMESTAMP) for both under LATEST. ok is
+// root under TRIM_HORIZON, the group's scope start (AT_TIMESTAMP) for both under LATEST unless a
+// parent has a checkpoint of its own (parentConsumed: then as under TRIM_HORIZON). ok is
 // false for a shard that is left alone (it has a checkpoint: ok is true and nothing changes; it
-// is neither of the two; or the scope start under LATEST is not recorded yet).
+// is neither of the two; or the scope start under LATEST is not recorded yet). A shard drained
+// without a checkpoint of its own keeps no virtual checkpoint (verifyShard walks it whole), but
+// under LATEST its walk, too, starts at the group's scope start (same exception).
 func (r *Reconciler) startOf(sh shardInfo, st *checkpoint.State, done, inStream map[string]bool, byShard map[string]checkpoint.State, drained bool, scope time.Time) (from startFrom, walk bool) {
 	child := consumedFromStart(sh, *st, done, inStream, byShard)
 	root := !child && neverCheckpointed(sh, *st, inStream, drained)
-	if !child && !root {
+	// Drained without a checkpoint of its own (the mapping moved past it to a child that has
+	// one): walked whole (verifyShard), with no virtual checkpoint.
+	bare := drained && st.Checkpoint == ""
+	if !child && !root && !bare {
 		return startFrom{}, true
 	}
-	if r.cfg.StartingPosition == StartLatest {
-		if scope.IsZero() {
-			return startFrom{}, false // not durable yet: retried next pass
-		}
+	// Under LATEST only records from the scope start are the group's, unless a parent has a
+	// checkpoint of its own: the mapping was reading the parent, so the shard was created while
+	// the mapping ran and was the mapping's from its start (Lambda reads a child from its start
+	// once its parents are done, lineage.go), however late the scope start was recorded.
+	latest := r.cfg.StartingPosition == StartLatest && !parentConsumed(sh, byShard)
+	switch {
+	case latest && scope.IsZero():
+		return startFrom{}, false // not durable yet: retried next pass
+	case latest:
 		from.at = scope
-	} else if root {
+	case root:
 		from.trimHorizon = true
 	}
-	st.Checkpoint = sh.startingSeq // every record is past this virtual checkpoint: a tail
+	if child || root {
+		st.Checkpoint = sh.startingSeq // every record is past this virtual checkpoint: a tail
+	}
 	return from, true
 }
 
+// parentConsumed reports whether a parent of sh has a checkpoint of its own: the mapping
+// processed records of the parent, so it was running before sh was created.
+func parentConsumed(sh shardInfo, byShard map[string]checkpoint.State) bool {
+	for _, p := range sh.parents {
+		if byShard[p].Checkpoint != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // scopeStart returns the group's scope start under LATEST: the earliest ScopeFrom recorded on
-// any of its shard items, or, when none is, now, recorded first. It records the value on every
+// any of its shard items, or, when none is, now or the earliest checkpoint time held if
+// earlier, recorded first. It records the value on every
 // shard of the stream whose item lacks one (once per shard in the stream's life: a shard that
 // appears later gets the group's value, not the time it was first seen). Zero when the position
 // is not LATEST, or when no item holds the value and recording it failed (the shards that need
@@ -98,6 +123,15 @@ func (r *Reconciler) scopeStart(ctx context.Context, shards []shardInfo, byShard
 	durable := !scope.IsZero()
 	if scope.IsZero() {
 		scope = r.now()
+		// A group already running when its scope start is first recorded (a reconciler
+		// upgraded to the version that records it, a first pass late after the deployment):
+		// the consumer wrote every checkpoint after the mapping started, so the earliest one
+		// still held bounds the mapping's start from above, closer than this pass's clock.
+		for _, st := range byShard {
+			if st.Checkpoint != "" && !st.CheckpointAt.IsZero() && st.CheckpointAt.Before(scope) {
+				scope = st.CheckpointAt
+			}
+		}
 	}
 	for _, sh := range shards {
 		if !byShard[sh.id].ScopeFrom.IsZero() {
