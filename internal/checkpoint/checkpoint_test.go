@@ -2,7 +2,6 @@ package checkpoint_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -37,23 +36,11 @@ func newShard(t testing.TB) recordid.Shard {
 	return recordid.Shard{Group: stacktest.Name(t, "grp"), Stream: "orders", ShardID: "shardId-000000000000"}
 }
 
-// requireAtomicItemWrites skips a test whose claim rests on DynamoDB's guarantee that
-// conditional writes and ADD on one item are atomic, when the endpoint is moto_server: moto
-// 5.2.1 evaluates the condition and applies the update without a per-item lock while its
-// server runs requests on threads (moto/dynamodb/models update_item), so concurrent writers
-// to one item race inside the emulator. dynalite locks per key (actions/updateItem.js
-// itemDb.lock), as DynamoDB serializes writes to an item, so the claim is proven there.
+// requireAtomicItemWrites skips a test whose claim rests on DynamoDB serializing writes to one
+// item when the endpoint is moto_server, which does not (stacktest.RequireAtomicItemWrites).
 func requireAtomicItemWrites(t *testing.T) {
 	t.Helper()
-	resp, err := http.Get(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") + "/moto-api/data.json")
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	var state map[string]json.RawMessage
-	if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&state) == nil && state["dynamodb"] != nil {
-		t.Skip("moto_server does not serialize concurrent writes to one DynamoDB item; this race is proven against dynalite")
-	}
+	stacktest.RequireAtomicItemWrites(t)
 }
 
 // position abstracts over the checkpoint and the watermark so one table of cases drives both.

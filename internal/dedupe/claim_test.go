@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 )
@@ -65,6 +66,7 @@ func TestClaimSequence(t *testing.T) {
 // TestClaimConcurrent: many records claim one key at once; exactly one wins and every other
 // sees it as the owner.
 func TestClaimConcurrent(t *testing.T) {
+	stacktest.RequireAtomicItemWrites(t) // moto lets two conditional PutItems on one item both win
 	ctx := context.Background()
 	l, _, _, _ := newStackLedger(t)
 	const claimers = 16

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -325,7 +326,15 @@ func TestTwoReconcilersConcurrently(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	if err := <-watch; err != nil {
-		t.Fatal(err)
+		// Two reconcilers advance one watermark item with conditional writes at once:
+		// moto_server does not serialize writes to one item (stacktest.RequireAtomicItemWrites),
+		// so there the watermark can move back inside the emulator. Monotonic under concurrent
+		// writers is proven against dynalite (checkpoint TestConcurrentAdvanceIsMonotonic, and this
+		// test's dynalite pass); the loss and duplicate checks below hold on both.
+		if !stacktest.IsMoto() {
+			t.Fatal(err)
+		}
+		t.Logf("moto_server: %v", err)
 	}
 	for i, err := range errs {
 		if err != nil {

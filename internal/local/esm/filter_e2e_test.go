@@ -68,6 +68,7 @@ func TestFilteredRecordsAreNotGaps(t *testing.T) {
 	cfg := baseConfig(s)
 	cfg.BatchSize = 25
 	cfg.ParallelizationFactor = 2
+	cfg.FunctionTimeout = e2eFunctionTimeout
 	cfg.ReportBatchItemFailures = true
 	cfg.FilterCriteria = []string{pattern}
 	drain(t, s, nil, r, cfg)

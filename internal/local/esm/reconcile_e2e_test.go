@@ -83,6 +83,7 @@ func TestDeliveryFailureIsCaughtByTheScheduledPass(t *testing.T) {
 	cfg := baseConfig(s)
 	cfg.BatchSize = 5
 	cfg.MaximumRetryAttempts = 1
+	cfg.FunctionTimeout = e2eFunctionTimeout
 	cfg.ReportBatchItemFailures = true
 	cfg.OnFailureQueueURL = fq.url
 	m, log := drain(t, s, fq.sqs, r, cfg, WithDestinationFault(func(onfailure.Message) error { return errors.New("AccessDenied") }))

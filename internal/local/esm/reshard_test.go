@@ -16,6 +16,14 @@ import (
 	"github.com/gapless-dev/gapless/internal/ctxtime"
 )
 
+// reshardTimeout is the function timeout of the reshard tests, whose invocation reshards the
+// stream, waits for it to be ACTIVE and writes a record per key before it returns: a dozen
+// Kinesis calls under the invocation's deadline. The default 3s is not enough on a loaded
+// machine: TestReshardMerge failed with `merge: ... PutRecord ... context deadline exceeded`
+// on moto under -race. What the tests check is the order of parents and children, not how long
+// the invocation takes; drain still bounds the whole run.
+const reshardTimeout = 45 * time.Second
+
 // waitActive waits (bounded) until the stream is ACTIVE again after a reshard.
 func (s *stream) waitActive(ctx context.Context) error {
 	for {
@@ -144,6 +152,7 @@ func TestReshardSplit(t *testing.T) {
 	})
 	cfg := baseConfig(s)
 	cfg.BatchSize = 3
+	cfg.FunctionTimeout = reshardTimeout
 	_, log := drain(t, s, nil, r, cfg)
 	if err != nil {
 		t.Fatalf("split: %v", err)
@@ -197,6 +206,7 @@ func TestReshardMerge(t *testing.T) {
 	})
 	cfg := baseConfig(s)
 	cfg.BatchSize = 2
+	cfg.FunctionTimeout = reshardTimeout
 	_, log := drain(t, s, nil, r, cfg)
 	if err != nil {
 		t.Fatalf("merge: %v", err)
