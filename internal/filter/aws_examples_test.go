@@ -162,6 +162,10 @@ func TestAWSExamples(t *testing.T) {
 		// streaming parser) sees both values.
 		{srcDuplicate, "chosen: a record key given twice, first value", `{"data": {"a": [1]}}`, `{"a": 1, "a": 2}`, true},
 		{srcDuplicate, "chosen: a record key given twice, last value", `{"data": {"a": [2]}}`, `{"a": 1, "a": 2}`, true},
+		// An IP address literal in a pattern is compiled to the address (event-ruler's
+		// JsonRuleCompiler.writeRules, CIDR.ipToRangeIfPossible): other spellings match.
+		{srcRuler, "chosen: an IPv6 address spelled another way", `{"data": {"ip": ["2001:db8::1"]}}`, `{"ip": "2001:0db8:0:0:0:0:0:1"}`, true},
+		{srcRuler, "another IP address", `{"data": {"ip": ["10.0.0.1"]}}`, `{"ip": "10.0.0.2"}`, false},
 		// Numeric precision: EventBridge documented six digits right of the decimal point, and
 		// event-ruler compared numbers truncated to micro-units before 2024 (ComparableNumber).
 		{srcEBContent, "chosen: <= 1 keeps 1.0000001 (six decimals)", `{"data": {"n": [{"numeric": ["<=", 1]}]}}`, `{"n": 1.0000001}`, true},
