@@ -166,6 +166,11 @@ func TestAWSExamples(t *testing.T) {
 		// JsonRuleCompiler.writeRules, CIDR.ipToRangeIfPossible): other spellings match.
 		{srcRuler, "chosen: an IPv6 address spelled another way", `{"data": {"ip": ["2001:db8::1"]}}`, `{"ip": "2001:0db8:0:0:0:0:0:1"}`, true},
 		{srcRuler, "another IP address", `{"data": {"ip": ["10.0.0.1"]}}`, `{"ip": "10.0.0.2"}`, false},
+		// equals-ignore-case: event-ruler matches each pattern character's Java lower- or
+		// upper-case form (EqualsIgnoreCaseParser), and Java upper-cases "ß" to "SS".
+		{srcRuler, "chosen: ignore case, ß and SS", `{"data": {"street": [{"equals-ignore-case": "straße"}]}}`, `{"street": "STRASSE"}`, true},
+		{srcRuler, "chosen: ignore case, mixed forms", `{"data": {"street": [{"equals-ignore-case": "straße"}]}}`, `{"street": "StraSSe"}`, true},
+		{srcSyntax, "ignore case: other street", `{"data": {"street": [{"equals-ignore-case": "straße"}]}}`, `{"street": "STRASE"}`, false},
 		// Numeric precision: EventBridge documented six digits right of the decimal point, and
 		// event-ruler compared numbers truncated to micro-units before 2024 (ComparableNumber).
 		{srcEBContent, "chosen: <= 1 keeps 1.0000001 (six decimals)", `{"data": {"n": [{"numeric": ["<=", 1]}]}}`, `{"n": 1.0000001}`, true},

@@ -348,7 +348,7 @@ func (r rule) matchScalar(v any) bool {
 		return ok && strings.HasSuffix(s, r.str)
 	case ruleIgnoreCase:
 		s, ok := v.(string)
-		return ok && strings.EqualFold(s, r.str)
+		return ok && ignoreCase(r.str, s)
 	case ruleAnythingBut:
 		for _, x := range r.values {
 			if excluded(x, v) {

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // How a record is matched. Lambda "supports the same set of syntax and rules as Amazon
@@ -44,7 +47,9 @@ import (
 //   - {"anything-but": n} excludes a record number only when its text is n's text (3.0e2 is
 //     kept by anything-but 300: under the note's string comparison they differ).
 //   - a pattern string that is an IP address matches the same address spelled another way
-//     (sameIP).
+//     (sameIP);
+//   - {"equals-ignore-case": s} matches what Go's case folding matches and what event-ruler's
+//     per-character lower/upper forms match (ignoreCase: "straße" keeps "STRASSE").
 
 // paths is one pattern flattened: the rules of each leaf field by path, ANDed.
 type paths map[string][]rule
@@ -246,4 +251,41 @@ func excluded(x, v any) bool {
 func sameIP(a, b string) bool {
 	ia := net.ParseIP(a)
 	return ia != nil && ia.Equal(net.ParseIP(b))
+}
+
+// ignoreCase reports whether s equals pattern ignoring case, as Go folds case or as event-ruler
+// does: each character of the pattern matches its lower-case or its upper-case form, as Java
+// writes them (EqualsIgnoreCaseParser: toLowerCase/toUpperCase(Locale.ROOT), which map some
+// characters to several, "ß" to "SS"). Go's simple mappings stand in for Java's, with the full
+// mappings of fullUpper and fullLower.
+func ignoreCase(pattern, s string) bool {
+	return strings.EqualFold(s, pattern) || rulerFold(pattern, s)
+}
+
+// The unconditional multi-character case mappings of Unicode's SpecialCasing.txt for the Latin
+// letters and ligatures (Java applies all of them; these are the ones a JSON filter plausibly
+// names).
+var (
+	fullUpper = map[rune]string{'ß': "SS", 'ﬀ': "FF", 'ﬁ': "FI", 'ﬂ': "FL", 'ﬃ': "FFI", 'ﬄ': "FFL", 'ﬅ': "ST", 'ﬆ': "ST", 'ŉ': "ʼN", 'ǰ': "J̌"}
+	fullLower = map[rune]string{'İ': "i̇"}
+)
+
+func rulerFold(pattern, s string) bool {
+	if pattern == "" {
+		return s == ""
+	}
+	c, n := utf8.DecodeRuneInString(pattern)
+	lower, upper := string(unicode.ToLower(c)), string(unicode.ToUpper(c))
+	if f, ok := fullLower[c]; ok {
+		lower = f
+	}
+	if f, ok := fullUpper[c]; ok {
+		upper = f
+	}
+	for _, form := range []string{lower, upper} {
+		if strings.HasPrefix(s, form) && rulerFold(pattern[n:], s[len(form):]) {
+			return true
+		}
+	}
+	return false
 }
