@@ -23,13 +23,14 @@
 // element (an object too) is a value of the field, and a leaf matches when any value does;
 // {"exists": false} matches a field with no leaf value (missing, an object, an empty array).
 // Where AWS is silent or ambiguous, Keep keeps the record (match.go, "Where AWS is silent");
-// TestAWSExamples holds every worked example of the AWS pages. A record whose data is not valid JSON
-// matches no pattern (it is dropped): the Kinesis page says both the data and the filter must be
-// valid JSON to filter properly, and Lambda drops the record otherwise. An aggregated (KPL) record
-// is not JSON: Lambda filters the user records inside an aggregate only with enhanced fan-out
-// (the Kinesis page, "Filtering Kinesis aggregated records"). Which bytes Keep is given is the
-// caller's choice: the local mapping (a standard iterator) gives it each Kinesis record's data,
-// the consumer and the reconciler each user record's (docs/deploy.md, "Record filter").
+// TestAWSExamples holds every worked example of the AWS pages. A record whose data is not valid
+// JSON matches no pattern (it is dropped): the Kinesis page says both the data and the filter
+// must be valid JSON to filter properly, and Lambda drops the record otherwise. An aggregated
+// (KPL) record is not JSON: Lambda filters the user records inside an aggregate only with
+// enhanced fan-out (the Kinesis page, "Filtering Kinesis aggregated records"). Which bytes Keep
+// is given is the caller's choice: the local mapping (a standard iterator) gives it each Kinesis
+// record's data, the consumer and the reconciler each user record's (docs/deploy.md, "Record
+// filter").
 // Not supported (Parse rejects them): "$or", "wildcard", "cidr", "anything-but" with suffix or
 // equals-ignore-case, and keys other than data at the top.
 package filter

@@ -60,7 +60,8 @@ type paths map[string][]rule
 func (n *node) flatten(path string, ps paths) error {
 	if n.rules != nil {
 		if _, dup := ps[path]; dup {
-			return fmt.Errorf("%w: %s: the field is named twice (a dotted key and nested keys)", ErrPattern, path)
+			return fmt.Errorf("%w: %s: the field is named twice (a dotted key and nested keys)",
+				ErrPattern, path)
 		}
 		ps[path] = n.rules
 		return nil
@@ -266,7 +267,10 @@ func ignoreCase(pattern, s string) bool {
 // letters and ligatures (Java applies all of them; these are the ones a JSON filter plausibly
 // names).
 var (
-	fullUpper = map[rune]string{'ß': "SS", 'ﬀ': "FF", 'ﬁ': "FI", 'ﬂ': "FL", 'ﬃ': "FFI", 'ﬄ': "FFL", 'ﬅ': "ST", 'ﬆ': "ST", 'ŉ': "ʼN", 'ǰ': "J̌"}
+	fullUpper = map[rune]string{
+		'ß': "SS", 'ﬀ': "FF", 'ﬁ': "FI", 'ﬂ': "FL", 'ﬃ': "FFI", 'ﬄ': "FFL", 'ﬅ': "ST", 'ﬆ': "ST",
+		'ŉ': "ʼN", 'ǰ': "J̌",
+	}
 	fullLower = map[rune]string{'İ': "i̇"}
 )
 
