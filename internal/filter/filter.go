@@ -18,14 +18,19 @@
 //   - {"exists": true|false};
 //   - several patterns (FilterCriteria.Filters): a record is kept when any of them matches.
 //
-// When the record's value at a key is an array, a leaf matches when any element matches. A key
-// absent from the record matches only {"exists": false}. A record whose data is not valid JSON
-// matches no pattern (it is dropped): the Kinesis page says both the data and the filter must be
-// valid JSON to filter properly, and Lambda drops the record otherwise. An aggregated (KPL) record
-// is not JSON: Lambda filters the user records inside an aggregate only with enhanced fan-out
-// (the Kinesis page, "Filtering Kinesis aggregated records"). Which bytes Keep is given is the
-// caller's choice: the local mapping (a standard iterator) gives it each Kinesis record's data,
-// the consumer and the reconciler each user record's (docs/deploy.md, "Record filter").
+// A record is matched as event-ruler (the open-source matcher behind EventBridge patterns)
+// matches it: its data is flattened into leaf values by path; when a value is an array, each
+// element (an object too) is a value of the field, and a leaf matches when any value does;
+// {"exists": false} matches a field with no leaf value (missing, an object, an empty array).
+// Where AWS is silent or ambiguous, Keep keeps the record (match.go, "Where AWS is silent");
+// TestAWSExamples holds every worked example of the AWS pages. A record whose data is not valid
+// JSON matches no pattern (it is dropped): the Kinesis page says both the data and the filter
+// must be valid JSON to filter properly, and Lambda drops the record otherwise. An aggregated
+// (KPL) record is not JSON: Lambda filters the user records inside an aggregate only with
+// enhanced fan-out (the Kinesis page, "Filtering Kinesis aggregated records"). Which bytes Keep
+// is given is the caller's choice: the local mapping (a standard iterator) gives it each Kinesis
+// record's data, the consumer and the reconciler each user record's (docs/deploy.md, "Record
+// filter").
 // Not supported (Parse rejects them): "$or", "wildcard", "cidr", "anything-but" with suffix or
 // equals-ignore-case, and keys other than data at the top.
 package filter
@@ -47,7 +52,7 @@ var ErrPattern = errors.New("filter: invalid pattern")
 // immutable and safe for concurrent use.
 type Filter struct {
 	raw      []string
-	patterns []*node
+	patterns []paths
 }
 
 // node is one level of a pattern: either an object (children, ANDed) or a leaf (rules, ORed).
@@ -71,16 +76,16 @@ const (
 
 type rule struct {
 	kind   ruleKind
-	value  any // ruleEqual: string, float64, bool or nil
+	value  any // ruleEqual: string, num, bool or nil
 	str    string
-	values []any // ruleAnythingBut: strings and float64s
+	values []any // ruleAnythingBut: strings and nums
 	ranges []bound
 	exists bool
 }
 
 type bound struct {
 	op string
-	n  float64
+	n  num
 }
 
 // Parse parses patterns, each one a FilterCriteria Pattern (a JSON object whose only top-level
@@ -96,8 +101,12 @@ func Parse(patterns ...string) (*Filter, error) {
 		if err != nil {
 			return nil, err
 		}
+		ps := paths{}
+		if err := n.flatten("", ps); err != nil {
+			return nil, err
+		}
 		f.raw = append(f.raw, p)
-		f.patterns = append(f.patterns, n)
+		f.patterns = append(f.patterns, ps)
 	}
 	return f, nil
 }
@@ -128,13 +137,12 @@ func (f *Filter) Keep(data []byte) bool {
 	if !f.Active() {
 		return true
 	}
-	v, err := decode(data)
+	ev, err := flattenRecord(data)
 	if err != nil {
 		return false // not JSON: Lambda drops it
 	}
-	event := map[string]any{"data": v}
 	for _, p := range f.patterns {
-		if p.match(event, true) {
+		if p.match(ev) {
 			return true
 		}
 	}
@@ -223,11 +231,11 @@ func parseRule(r any, path string) (rule, error) {
 	case string:
 		return rule{kind: ruleEqual, value: r}, nil
 	case json.Number:
-		f, err := number(r)
+		n, err := number(r)
 		if err != nil {
 			return rule{}, fmt.Errorf("%w: %s: %v", ErrPattern, path, err)
 		}
-		return rule{kind: ruleEqual, value: f}, nil
+		return rule{kind: ruleEqual, value: n}, nil
 	case map[string]any:
 		if len(r) != 1 {
 			return rule{}, fmt.Errorf("%w: %s: a rule object has exactly one operator", ErrPattern, path)
@@ -300,11 +308,11 @@ func parseOperator(op string, arg any, path string) (rule, error) {
 			if !ok {
 				return bad(fmt.Sprintf("%v is not a number", a[i+1]))
 			}
-			f, err := number(num)
+			n, err := number(num)
 			if err != nil {
 				return bad(err.Error())
 			}
-			rs = append(rs, bound{op: o, n: f})
+			rs = append(rs, bound{op: o, n: n})
 		}
 		return rule{kind: ruleNumeric, ranges: rs}, nil
 	}
@@ -321,50 +329,12 @@ func scalar(x any) (any, error) {
 	return nil, fmt.Errorf("takes strings or numbers, not %v", x)
 }
 
-func number(n json.Number) (float64, error) {
+func number(n json.Number) (num, error) {
 	f, err := strconv.ParseFloat(string(n), 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, fmt.Errorf("%s is not a usable number", n)
+		return num{}, fmt.Errorf("%s is not a usable number", n)
 	}
-	return f, nil
-}
-
-// match evaluates n against value (present says the key exists in the record).
-func (n *node) match(value any, present bool) bool {
-	if n.rules != nil {
-		for _, r := range n.rules {
-			if r.match(value, present) {
-				return true
-			}
-		}
-		return false
-	}
-	obj, _ := value.(map[string]any)
-	for k, c := range n.children {
-		v, ok := obj[k]
-		if !c.match(v, ok) {
-			return false
-		}
-	}
-	return true
-}
-
-func (r rule) match(v any, present bool) bool {
-	if r.kind == ruleExists {
-		return present == r.exists
-	}
-	if !present {
-		return false
-	}
-	if arr, ok := v.([]any); ok {
-		for _, e := range arr {
-			if r.matchScalar(e) {
-				return true
-			}
-		}
-		return false
-	}
-	return r.matchScalar(v)
+	return num{text: string(n), f: f}, nil
 }
 
 func (r rule) matchScalar(v any) bool {
@@ -379,10 +349,10 @@ func (r rule) matchScalar(v any) bool {
 		return ok && strings.HasSuffix(s, r.str)
 	case ruleIgnoreCase:
 		s, ok := v.(string)
-		return ok && strings.EqualFold(s, r.str)
+		return ok && ignoreCase(r.str, s)
 	case ruleAnythingBut:
 		for _, x := range r.values {
-			if equal(x, v) {
+			if excluded(x, v) {
 				return false
 			}
 		}
@@ -391,56 +361,15 @@ func (r rule) matchScalar(v any) bool {
 		s, ok := v.(string)
 		return !ok || !strings.HasPrefix(s, r.str)
 	case ruleNumeric:
-		num, ok := v.(json.Number)
+		jn, ok := v.(json.Number)
 		if !ok {
 			return false
 		}
-		f, err := number(num)
+		n, err := number(jn)
 		if err != nil {
 			return false
 		}
-		for _, b := range r.ranges {
-			if !compare(f, b) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func compare(f float64, b bound) bool {
-	switch b.op {
-	case "=":
-		return f == b.n
-	case "<":
-		return f < b.n
-	case "<=":
-		return f <= b.n
-	case ">":
-		return f > b.n
-	}
-	return f >= b.n // ">="
-}
-
-// equal compares a pattern value (string, float64, bool, nil) with a record value.
-func equal(want, got any) bool {
-	switch w := want.(type) {
-	case nil:
-		return got == nil
-	case string:
-		s, ok := got.(string)
-		return ok && s == w
-	case bool:
-		b, ok := got.(bool)
-		return ok && b == w
-	case float64:
-		num, ok := got.(json.Number)
-		if !ok {
-			return false
-		}
-		f, err := number(num)
-		return err == nil && f == w
+		return inRange(n, r.ranges)
 	}
 	return false
 }

@@ -42,7 +42,10 @@ func TestKeep(t *testing.T) {
 		{"not needs the key", `{"data": {"Weather": [{"anything-but": ["Raining"]}]}}`, `{}`, false},
 		{"not scalar", `{"data": {"Weather": [{"anything-but": "Raining"}]}}`, `{"Weather": "Raining"}`, false},
 		{"not number", `{"data": {"n": [{"anything-but": [0, 1]}]}}`, `{"n": 2}`, true},
-		{"not number excluded", `{"data": {"n": [{"anything-but": [0, 1]}]}}`, `{"n": 1.0}`, false},
+		{"not number excluded", `{"data": {"n": [{"anything-but": [0, 1]}]}}`, `{"n": 1}`, false},
+		// 1.0 is not 1 by text (Lambda's note: numbers compare by their string form): kept, the
+		// choice that cannot lose a record (match.go).
+		{"not number other text kept", `{"data": {"n": [{"anything-but": [0, 1]}]}}`, `{"n": 1.0}`, true},
 		{"not prefix", `{"data": {"Region": [{"anything-but": {"prefix": "us-"}}]}}`, `{"Region": "eu-west-1"}`, true},
 		{"not prefix excluded", `{"data": {"Region": [{"anything-but": {"prefix": "us-"}}]}}`, `{"Region": "us-east-1"}`, false},
 		{"numeric equals", `{"data": {"Price": [{"numeric": ["=", 100]}]}}`, `{"Price": 100}`, true},
@@ -128,6 +131,7 @@ func TestParseRejects(t *testing.T) {
 		`{"data": {"a": [{"anything-but": []}]}}`,
 		`{"data": {"a": [{"prefix": "x", "suffix": "y"}]}}`,
 		`{"data": {"a": [["nested"]]}}`,
+		`{"data": {"a.b": ["x"], "a": {"b": ["y"]}}}`,
 	} {
 		if _, err := Parse(p); !errors.Is(err, ErrPattern) {
 			t.Errorf("Parse(%s) error = %v, want ErrPattern", p, err)
