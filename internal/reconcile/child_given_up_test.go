@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"errors"
-	"math/big"
 	"slices"
 	"testing"
 	"time"
@@ -34,24 +33,8 @@ func TestChildTheMappingGaveUpIsReplayed(t *testing.T) {
 			s.waitActive()
 			parent := s.shardIDs()[0]
 			a := s.putN(10, "A", keyMod(3), nil)
-			if _, err := s.kin.SplitShard(context.Background(), splitInput(s.stream, parent, new(big.Int).Lsh(big.NewInt(1), 127))); err != nil {
-				t.Fatal(err)
-			}
-			s.waitActive()
-			c := s.putN(24, "C", keyMod(16), nil)
-			children := map[string][]put{}
-			for _, p := range c {
-				children[p.shard] = append(children[p.shard], p)
-			}
-			kids := make([]string, 0, len(children))
-			for id := range children {
-				kids = append(kids, id)
-			}
-			slices.Sort(kids)
-			if len(kids) != 2 {
-				t.Fatalf("records after the split landed in %d shards, want 2", len(kids))
-			}
-			gaveUp, kept := children[kids[0]], children[kids[1]]
+			gaveUp, kept := s.splitInHalves(parent, 24, "C")
+			child := gaveUp[0].shard
 
 			// The fault: every batch of the child gaveUp crashes (and, with parentFails, every
 			// batch of the parent), and no on-failure message is delivered.
@@ -66,8 +49,8 @@ func TestChildTheMappingGaveUpIsReplayed(t *testing.T) {
 				consumed = append(idsOf(a), consumed...)
 			}
 			checkOnce(t, "mapping", rec.counts(), consumed)
-			if _, err := s.cps.Get(context.Background(), s.shard(kids[0])); !errors.Is(err, checkpoint.ErrNotFound) {
-				t.Fatalf("child %s: checkpoint row %v, want none (every batch given up)", kids[0], err)
+			if _, err := s.cps.Get(context.Background(), s.shard(child)); !errors.Is(err, checkpoint.ErrNotFound) {
+				t.Fatalf("child %s: checkpoint row %v, want none (every batch given up)", child, err)
 			}
 			if _, err := s.cps.Get(context.Background(), s.shard(parent)); tc.parentFails != errors.Is(err, checkpoint.ErrNotFound) {
 				t.Fatalf("parent %s: checkpoint row %v", parent, err)
@@ -88,8 +71,8 @@ func TestChildTheMappingGaveUpIsReplayed(t *testing.T) {
 			if replayed != len(given) {
 				t.Errorf("GapsReplayed %d, want %d (the records given up)", replayed, len(given))
 			}
-			if st := s.state(kids[0]); st.Watermark != gaveUp[len(gaveUp)-1].seq {
-				t.Errorf("child %s watermark %q, want its last record %s", kids[0], st.Watermark, gaveUp[len(gaveUp)-1].seq)
+			if st := s.state(child); st.Watermark != gaveUp[len(gaveUp)-1].seq {
+				t.Errorf("child %s watermark %q, want its last record %s", child, st.Watermark, gaveUp[len(gaveUp)-1].seq)
 			}
 			if st := s.state(parent); !st.Closed {
 				t.Errorf("parent %s not marked closed", parent)

@@ -2,8 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"math/big"
-	"slices"
 	"testing"
 	"time"
 )
@@ -21,13 +19,7 @@ func TestLatestScopeOfADrainedParent(t *testing.T) {
 	s.waitActive()
 	parent := s.shardIDs()[0]
 	b := s.putN(6, "B", keyMod(3), nil)
-	arr := s.arrivals(parent)
-	var lastB time.Time
-	for _, p := range b {
-		if a := arr[p.seq]; a.After(lastB) {
-			lastB = a
-		}
-	}
+	lastB := s.lastArrival(parent, b)
 	rec := newRecorder()
 	clk := &clock{t: lastB.Add(time.Millisecond)}
 	cfg := Config{MaxRecordAge: 10 * time.Minute, StartingPosition: StartLatest}
@@ -41,32 +33,16 @@ func TestLatestScopeOfADrainedParent(t *testing.T) {
 	}
 
 	g := s.putN(4, "G", keyMod(3), nil) // given up by the mapping: never consumed
-	arr = s.arrivals(parent)
+	arr := s.arrivals(parent)
 	for _, p := range g {
 		if !arr[p.seq].After(scope) {
 			t.Fatalf("record G %s arrived %v, not after the scope start %v: the setup did not happen", p.seq, arr[p.seq], scope)
 		}
 	}
-	if _, err := s.kin.SplitShard(context.Background(), splitInput(s.stream, parent, new(big.Int).Lsh(big.NewInt(1), 127))); err != nil {
-		t.Fatal(err)
-	}
-	s.waitActive()
-	c := s.putN(16, "C", keyMod(16), nil)
-	children := map[string][]put{}
-	for _, p := range c {
-		children[p.shard] = append(children[p.shard], p)
-	}
-	if len(children) != 2 {
-		t.Fatalf("records after the split landed in %d shards, want 2", len(children))
-	}
+	c1, c2 := s.splitInHalves(parent, 16, "C")
 	cons := s.pipeline(newRecorder().process, 3)
-	kids := make([]string, 0, len(children))
-	for id := range children {
-		kids = append(kids, id)
-	}
-	slices.Sort(kids)
-	for _, kid := range kids {
-		s.consume(cons, children[kid]) // the mapping consumed each child: checkpoints
+	for _, kid := range [][]put{c1, c2} {
+		s.consume(cons, kid) // the mapping consumed each child: checkpoints
 	}
 	if st := s.state(parent); st.Checkpoint != "" {
 		t.Fatalf("parent checkpoint %q, want none", st.Checkpoint)

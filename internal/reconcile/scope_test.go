@@ -3,6 +3,8 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"math/big"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,42 @@ import (
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 )
+
+// splitInHalves splits shardID at the middle of the hash range, waits for the children and
+// puts n records (prefix, 16 keys) that land on them, returned by child in shard-id order.
+func (s *stack) splitInHalves(shardID string, n int, prefix string) (first, second []put) {
+	s.t.Helper()
+	if _, err := s.kin.SplitShard(context.Background(), splitInput(s.stream, shardID, new(big.Int).Lsh(big.NewInt(1), 127))); err != nil {
+		s.t.Fatal(err)
+	}
+	s.waitActive()
+	children := map[string][]put{}
+	for _, p := range s.putN(n, prefix, keyMod(16), nil) {
+		children[p.shard] = append(children[p.shard], p)
+	}
+	kids := make([]string, 0, len(children))
+	for id := range children {
+		kids = append(kids, id)
+	}
+	slices.Sort(kids)
+	if len(kids) != 2 {
+		s.t.Fatalf("records after the split landed in %d shards, want 2", len(kids))
+	}
+	return children[kids[0]], children[kids[1]]
+}
+
+// lastArrival is the latest ApproximateArrivalTimestamp of recs, all of shard shardID.
+func (s *stack) lastArrival(shardID string, recs []put) time.Time {
+	s.t.Helper()
+	arr := s.arrivals(shardID)
+	var last time.Time
+	for _, p := range recs {
+		if a := arr[p.seq]; a.After(last) {
+			last = a
+		}
+	}
+	return last
+}
 
 // arrivals returns the ApproximateArrivalTimestamp of every record of the stream's shard.
 func (s *stack) arrivals(shardID string) map[string]time.Time {
@@ -63,13 +101,7 @@ func TestLatestScopeOfANeverCheckpointedShard(t *testing.T) {
 	s.waitActive()
 	b := s.putN(6, "B", keyMod(3), nil)
 	shardID := b[0].shard
-	arr := s.arrivals(shardID)
-	var lastB time.Time
-	for _, p := range b {
-		if a := arr[p.seq]; a.After(lastB) {
-			lastB = a
-		}
-	}
+	lastB := s.lastArrival(shardID, b)
 	rec := newRecorder()
 	clk := &clock{t: lastB.Add(time.Millisecond)}
 	cfg := Config{MaxRecordAge: 10 * time.Minute, StartingPosition: StartLatest}
@@ -87,7 +119,7 @@ func TestLatestScopeOfANeverCheckpointedShard(t *testing.T) {
 	}
 
 	a := s.putN(8, "A", keyMod(3), nil)
-	arr = s.arrivals(shardID)
+	arr := s.arrivals(shardID)
 	for _, p := range a {
 		if !arr[p.seq].After(scope) {
 			t.Fatalf("record A %s arrived %v, not after the scope start %v: the setup did not happen", p.seq, arr[p.seq], scope)

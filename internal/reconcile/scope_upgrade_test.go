@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/md5"
 	"fmt"
-	"math/big"
-	"slices"
 	"testing"
 	"time"
 )
@@ -26,24 +24,7 @@ func TestLatestScopeOfAGroupAlreadyRunning(t *testing.T) {
 	parent := s.shardIDs()[0]
 	a := s.putN(6, "A", keyMod(3), nil)
 	s.consume(s.pipeline(newRecorder().process, 3), a) // the mapping consumed the parent
-	if _, err := s.kin.SplitShard(context.Background(), splitInput(s.stream, parent, new(big.Int).Lsh(big.NewInt(1), 127))); err != nil {
-		t.Fatal(err)
-	}
-	s.waitActive()
-	c := s.putN(16, "C", keyMod(16), nil)
-	children := map[string][]put{}
-	for _, p := range c {
-		children[p.shard] = append(children[p.shard], p)
-	}
-	kids := make([]string, 0, len(children))
-	for id := range children {
-		kids = append(kids, id)
-	}
-	slices.Sort(kids)
-	if len(kids) != 2 {
-		t.Fatalf("records after the split landed in %d shards, want 2", len(kids))
-	}
-	given, kept := children[kids[0]], children[kids[1]]
+	given, kept := s.splitInHalves(parent, 16, "C")
 	s.consume(s.pipeline(newRecorder().process, 3), kept) // the sibling consumed; given: every batch given up
 
 	// The new reconciler's first pass, now: G is younger than TailAfter (10m + 30m).
