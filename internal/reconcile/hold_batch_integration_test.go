@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gapless-dev/gapless/internal/dedupe"
-	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
-	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -26,11 +23,8 @@ import (
 // batch) and n+3 (next batch) were applied while n was parked.
 func TestHoldKeyBatchSink(t *testing.T) {
 	ctx := context.Background()
-	ddb, client := stacktest.DynamoDB(t), stacktest.SQS(t)
-	table, url := stacktest.LedgerTable(t), stacktest.Queue(t, "parked", false)
-	ledger := pipeline.DedupeLedger{L: dedupe.New(ddb, table)}
-	holds := dedupe.NewHolds(ddb, table)
-	parker := park.New(client, url)
+	hs := newHoldStack(t)
+	client, url, ledger, holds, parker := hs.sqs, hs.url, hs.ledger, hs.holds, hs.parker
 
 	sh := "shardId-000000000000"
 	rec := func(i int, key string) pipeline.Record {

@@ -34,11 +34,8 @@ func TestHoldKeyEndToEnd(t *testing.T) {
 
 func holdKeyEndToEnd(t *testing.T, mode string) {
 	ctx := context.Background()
-	ddb, client := stacktest.DynamoDB(t), stacktest.SQS(t)
-	table, url := stacktest.LedgerTable(t), stacktest.Queue(t, "parked", false)
-	ledger := pipeline.DedupeLedger{L: dedupe.New(ddb, table)}
-	holds := dedupe.NewHolds(ddb, table)
-	parker := park.New(client, url)
+	hs := newHoldStack(t)
+	client, url, ledger, holds, parker := hs.sqs, hs.url, hs.ledger, hs.holds, hs.parker
 
 	parent, child := "shardId-000000000000", "shardId-000000000002"
 	rec := func(sh string, i int, key string) pipeline.Record {
@@ -158,4 +155,22 @@ func runHoldRedrive(t *testing.T, ledger pipeline.DedupeLedger, parker *park.Par
 		t.Fatal(err)
 	}
 	return rep
+}
+
+// holdStack is what the hold-key tests run against on the local stack: a ledger table that
+// also holds the key holds, and a parked queue.
+type holdStack struct {
+	sqs    *sqs.Client
+	url    string
+	ledger pipeline.DedupeLedger
+	holds  *dedupe.Holds
+	parker *park.Parker
+}
+
+func newHoldStack(t *testing.T) holdStack {
+	t.Helper()
+	ddb, client := stacktest.DynamoDB(t), stacktest.SQS(t)
+	table, url := stacktest.LedgerTable(t), stacktest.Queue(t, "parked", false)
+	return holdStack{sqs: client, url: url,
+		ledger: pipeline.DedupeLedger{L: dedupe.New(ddb, table)}, holds: dedupe.NewHolds(ddb, table), parker: park.New(client, url)}
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gapless-dev/gapless/internal/dedupe"
-	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
@@ -26,11 +24,8 @@ import (
 // the fix: the session remembered K as not held from its first message and redrove R at once.
 func TestRedriveKeyHeldDuringSession(t *testing.T) {
 	ctx := context.Background()
-	ddb, client := stacktest.DynamoDB(t), stacktest.SQS(t)
-	table, url := stacktest.LedgerTable(t), stacktest.Queue(t, "parked", false)
-	ledger := pipeline.DedupeLedger{L: dedupe.New(ddb, table)}
-	holds := dedupe.NewHolds(ddb, table)
-	parker := park.New(client, url)
+	hs := newHoldStack(t)
+	client, url, ledger, holds, parker := hs.sqs, hs.url, hs.ledger, hs.holds, hs.parker
 
 	sh := "shardId-000000000000"
 	rec := func(i int) pipeline.Record {
