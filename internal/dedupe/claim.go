@@ -121,18 +121,29 @@ func (l *Ledger) Claim(ctx context.Context, group, bizKey string, id recordid.ID
 // (their first parts differ and a group holds no separator); two long keys collide only if
 // SHA-256 does.
 func claimPartitionKey(group, bizKey string) (string, error) {
-	switch {
-	case group == "" || strings.Contains(group, recordid.Separator) || !utf8.ValidString(group):
-		return "", fmt.Errorf("%w: group %q", ErrInvalid, group)
-	case bizKey == "":
+	if bizKey == "" && validGroup(group) {
 		return "", fmt.Errorf("%w: %w: empty business key", ErrInvalid, ErrInvalidKey)
 	}
-	pk := claimPrefix + recordid.Separator + group + recordid.Separator + bizKey
-	if len(pk) <= maxPartitionKeyBytes && utf8.ValidString(bizKey) {
+	return keyPartition(claimPrefix, claimHashedPrefix, group, bizKey)
+}
+
+// keyPartition builds the partition key of an item per (group, user key), claims and holds:
+// prefix|group|key when that is valid UTF-8 and fits DynamoDB's partition key, otherwise
+// hashedPrefix|group|hex(SHA-256(key)) (see claimPartitionKey for why the forms cannot collide).
+func keyPartition(prefix, hashedPrefix, group, key string) (string, error) {
+	if !validGroup(group) {
+		return "", fmt.Errorf("%w: group %q", ErrInvalid, group)
+	}
+	pk := prefix + recordid.Separator + group + recordid.Separator + key
+	if len(pk) <= maxPartitionKeyBytes && utf8.ValidString(key) {
 		return pk, nil
 	}
-	sum := sha256.Sum256([]byte(bizKey))
-	return claimHashedPrefix + recordid.Separator + group + recordid.Separator + hex.EncodeToString(sum[:]), nil
+	sum := sha256.Sum256([]byte(key))
+	return hashedPrefix + recordid.Separator + group + recordid.Separator + hex.EncodeToString(sum[:]), nil
+}
+
+func validGroup(group string) bool {
+	return group != "" && !strings.Contains(group, recordid.Separator) && utf8.ValidString(group)
 }
 
 func claimExpired(it map[string]types.AttributeValue, now int64) bool {

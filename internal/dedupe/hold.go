@@ -2,15 +2,11 @@ package dedupe
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -93,15 +89,7 @@ func NewHolds(client holdAPI, table string) *Holds {
 
 // holdPartitionKey builds a hold's pk with the claim rule (see claimPartitionKey).
 func holdPartitionKey(group, key string) (string, error) {
-	if group == "" || strings.Contains(group, recordid.Separator) || !utf8.ValidString(group) {
-		return "", fmt.Errorf("%w: group %q", ErrInvalid, group)
-	}
-	pk := holdPrefix + recordid.Separator + group + recordid.Separator + key
-	if len(pk) <= maxPartitionKeyBytes && utf8.ValidString(key) {
-		return pk, nil
-	}
-	sum := sha256.Sum256([]byte(key))
-	return holdHashedPrefix + recordid.Separator + group + recordid.Separator + hex.EncodeToString(sum[:]), nil
+	return keyPartition(holdPrefix, holdHashedPrefix, group, key)
 }
 
 func holdKey(pk string) map[string]types.AttributeValue {
