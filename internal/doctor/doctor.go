@@ -49,6 +49,9 @@ type Mapping struct {
 	// FiltersUnknown: they could not be read (live: Lambda could not decrypt them).
 	Filters        []string
 	FiltersUnknown bool
+	// Metrics are the metric groups of the mapping's MetricsConfig ("EventCount" makes Lambda
+	// emit the mapping's own counts, DroppedEventCount among them); none = off.
+	Metrics []string
 }
 
 // Schedule is the reconciler's scheduled trigger.

@@ -55,8 +55,12 @@ func newLocalRun(t *testing.T) *localRun {
 	cfg.StreamName = r.stream
 	cfg.FunctionName = "ConsumerFunction"
 	cfg.OnFailureQueueURL = r.failureQueue
+	tp, err := doctor.LoadTemplate(filepath.Join("..", "..", "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.control = localdoctor.ControlPlane{
-		Mapping: cfg, State: "Enabled",
+		Mapping: cfg, State: "Enabled", Metrics: doctor.FromTemplate(tp, "template.yaml", 0).Mapping.Metrics,
 		ConsumerEnv: env["ConsumerFunction"], ReconcilerEnv: env["ReconcilerFunction"],
 		ReconcilerQueues: []string{r.failureQueue},
 		Schedule:         &doctor.Schedule{Expression: "rate(5 minutes)", Enabled: true},
@@ -179,6 +183,9 @@ func TestEachFindingLive(t *testing.T) {
 			r.control.ConsumerEnv = maps.Clone(r.control.ConsumerEnv)
 			r.control.ConsumerEnv["ON_PARK"] = "hold-key"
 		}, []string{"onpark.mismatch"}},
+		// The emulated mapping answers MetricsConfig as template.yaml sets it.
+		{"mapping without MetricsConfig", func(t *testing.T, r *localRun) { r.control.Metrics = nil },
+			[]string{"mapping.metrics-off"}},
 		{"alarms without the loss alarm and without actions", func(t *testing.T, r *localRun) {
 			r.control.AlarmsKnown = true
 			r.control.Alarms = []doctor.Alarm{{Name: "a", Namespace: "Gapless", Metric: "VerifiedLagSeconds"}}

@@ -48,6 +48,7 @@ func FromTemplate(t *Template, source string, retention time.Duration) Deploymen
 		}
 		m.ReportBatchItemFailures = slices.Contains(t.List(get(ev, "FunctionResponseTypes")), "ReportBatchItemFailures")
 		m.Filters = filterPatterns(t, get(ev, "FilterCriteria"))
+		m.Metrics = t.List(get(ev, "MetricsConfig", "Metrics"))
 		d.Mapping = m
 		d.ConsumerTimeout = time.Duration(intOr(val(t, t.Prop(consumer, "Timeout")), intOr(scalar(get(t.root, "Globals", "Function", "Timeout")), 3))) * time.Second
 		d.Retention = streamRetention(t, val(t, get(ev, "Stream")))
