@@ -326,6 +326,17 @@ var Checks = []Check{
 		},
 	},
 	{
+		ID: "stream.records-undeliverable", Level: Warning,
+		Fix: "keep the stream's maximum record size (MaxRecordSizeInKiB) at most what one invocation carries, or store large payloads in S3 and put a reference on the stream",
+		Eval: func(d *Deployment) string {
+			if !reconcile.Undeliverable(d.MaxRecordSize) {
+				return ""
+			}
+			return fmt.Sprintf("the stream takes records of up to %d KiB, but one Lambda invocation (6 MB, the data base64-encoded) carries at most %d KiB of record data: the mapping never delivers a larger record; the reconciler's scheduled pass replays it through Process (or parks it with its payload) when it reads it, up to a schedule period late",
+				d.MaxRecordSize/1024, reconcile.MaxDeliverableData/1024)
+		},
+	},
+	{
 		ID: "kpl.parallelization", Level: Error,
 		Fix: "set ParallelizationFactor 1 while producers aggregate with the KPL, or stop aggregating",
 		Eval: mappingCheck(func(m *Mapping, d *Deployment) string {

@@ -75,6 +75,9 @@ type Deployment struct {
 	Mapping *Mapping
 	// Retention is the stream's retention period (0 = unknown).
 	Retention time.Duration
+	// MaxRecordSize is the stream's maximum record size in bytes (MaxRecordSizeInKiB; 0 =
+	// unknown).
+	MaxRecordSize int
 	// ConsumerTimeout is the consumer function's timeout.
 	ConsumerTimeout time.Duration
 	// MaxRecordAttempts, LedgerTTL and SettleAfter are the functions' MAX_RECORD_ATTEMPTS,

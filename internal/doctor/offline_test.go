@@ -158,6 +158,12 @@ func TestEachFindingOffline(t *testing.T) {
 		{name: "no alarm on the mapping's dropped records",
 			edit:  edit("      MetricName: DroppedEventCount\n", "      MetricName: DroppedEventCountRenamed\n"),
 			added: []string{"alarms.missing"}},
+		// A stream whose maximum record size was raised past what one invocation carries.
+		{name: "stream maximum record size 10 MiB",
+			edit:  edit("      RetentionPeriodHours: !Ref StreamRetentionHours\n", "      RetentionPeriodHours: !Ref StreamRetentionHours\n      MaxRecordSizeInKiB: 10240\n"),
+			added: []string{"stream.records-undeliverable"}},
+		{name: "stream maximum record size 2 MiB",
+			edit: edit("      RetentionPeriodHours: !Ref StreamRetentionHours\n", "      RetentionPeriodHours: !Ref StreamRetentionHours\n      MaxRecordSizeInKiB: 2048\n")},
 		{name: "no loss alarm",
 			edit:  edit("      MetricName: LostToRetention\n", "      MetricName: LostToRetentionRenamed\n"),
 			added: []string{"alarms.missing"}},
