@@ -531,6 +531,10 @@ func TestConsumerMapping(t *testing.T) {
 	if got := getAtt(get(ev, "DestinationConfig", "OnFailure", "Destination")); got != "FailureQueue.Arn" {
 		t.Errorf("OnFailure destination %q, want FailureQueue.Arn", got)
 	}
+	// Lambda emits the mapping's own counts (DroppedEventCount, …) only with EventCount on.
+	if !slices.Contains(stringList(get(ev, "MetricsConfig", "Metrics")), "EventCount") {
+		t.Errorf("Kinesis event lacks MetricsConfig Metrics [EventCount]")
+	}
 }
 
 func TestReconcilerEvents(t *testing.T) {

@@ -36,7 +36,14 @@ var RequiredAlarms = []string{
 	metrics.Namespace + "/LedgerWriteFailures",
 	"AWS/Lambda/IteratorAge",
 	"AWS/Lambda/DestinationDeliveryFailures",
+	"AWS/Lambda/DroppedEventCount",
 }
+
+// MetricsEventCount is the MetricsConfig metric group that makes Lambda emit a Kinesis
+// mapping's own counts: PolledEventCount, FilteredOutEventCount, InvokedEventCount,
+// FailedInvokeEventCount, DroppedEventCount, OnFailureDestinationDeliveredEventCount (Lambda
+// developer guide, "Types of metrics for Lambda functions", Event source mapping metrics).
+const MetricsEventCount = "EventCount"
 
 // Checks are every rule, in report order within a level. Ids are stable: tests and operators
 // refer to them.
@@ -122,6 +129,16 @@ var Checks = []Check{
 				return ""
 			}
 			return "the mapping is " + m.State + ": nothing reads the stream, and records expire at the end of its retention"
+		}),
+	},
+	{
+		ID: "mapping.metrics-off", Level: Error,
+		Fix: "set MetricsConfig: {Metrics: [EventCount]} on the mapping (template.yaml ConsumerFunction Events.Stream; live: aws lambda update-event-source-mapping --uuid <uuid> --metrics-config Metrics=EventCount)",
+		Eval: mappingCheck(func(m *Mapping, _ *Deployment) string {
+			if !slices.Contains(m.Metrics, MetricsEventCount) {
+				return "the mapping has no MetricsConfig EventCount: Lambda emits none of its own counts (DroppedEventCount among them), so nothing alarms on records the mapping itself dropped"
+			}
+			return ""
 		}),
 	},
 	{
@@ -217,7 +234,7 @@ var Checks = []Check{
 	},
 	{
 		ID: "alarms.missing", Level: Error,
-		Fix: "deploy the alarms of template.yaml (LostToRetentionAlarm, VerifiedLagAlarm, LedgerWriteFailuresAlarm, ConsumerIteratorAgeAlarm, DestinationDeliveryFailuresAlarm)",
+		Fix: "deploy the alarms of template.yaml (LostToRetentionAlarm, VerifiedLagAlarm, LedgerWriteFailuresAlarm, ConsumerIteratorAgeAlarm, DestinationDeliveryFailuresAlarm, MappingDroppedEventsAlarm)",
 		Eval: func(d *Deployment) string {
 			if !d.AlarmsKnown {
 				return ""
@@ -306,6 +323,17 @@ var Checks = []Check{
 				return fmt.Sprintf("%d of %d alarms have no actions (%s)", len(silent), len(d.Alarms), strings.Join(silent, ", "))
 			}
 			return ""
+		},
+	},
+	{
+		ID: "stream.records-undeliverable", Level: Warning,
+		Fix: "keep the stream's maximum record size (MaxRecordSizeInKiB) at most what one invocation carries, or store large payloads in S3 and put a reference on the stream",
+		Eval: func(d *Deployment) string {
+			if !reconcile.Undeliverable(d.MaxRecordSize) {
+				return ""
+			}
+			return fmt.Sprintf("the stream takes records of up to %d KiB, but one Lambda invocation (6 MB, the data base64-encoded) carries at most %d KiB of record data: the mapping never delivers a larger record; the reconciler's scheduled pass replays it through Process (or parks it with its payload) when it reads it, up to a schedule period late",
+				d.MaxRecordSize/1024, reconcile.MaxDeliverableData/1024)
 		},
 	},
 	{

@@ -49,6 +49,9 @@ type Mapping struct {
 	// FiltersUnknown: they could not be read (live: Lambda could not decrypt them).
 	Filters        []string
 	FiltersUnknown bool
+	// Metrics are the metric groups of the mapping's MetricsConfig ("EventCount" makes Lambda
+	// emit the mapping's own counts, DroppedEventCount among them); none = off.
+	Metrics []string
 }
 
 // Schedule is the reconciler's scheduled trigger.
@@ -72,6 +75,9 @@ type Deployment struct {
 	Mapping *Mapping
 	// Retention is the stream's retention period (0 = unknown).
 	Retention time.Duration
+	// MaxRecordSize is the stream's maximum record size in bytes (MaxRecordSizeInKiB; 0 =
+	// unknown).
+	MaxRecordSize int
 	// ConsumerTimeout is the consumer function's timeout.
 	ConsumerTimeout time.Duration
 	// MaxRecordAttempts, LedgerTTL and SettleAfter are the functions' MAX_RECORD_ATTEMPTS,
