@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -138,9 +139,26 @@ func (h *Handler) readObject(ctx context.Context, key string) (onfailure.Message
 // LostToRetention count and alarm, but the records the object holds are processed.
 func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message) (RangeReport, error) {
 	b := m.KinesisBatchInfo
-	trimmed, err := r.trimmedAt(ctx, b.ShardID, b.StartSequenceNumber)
+	trimmed, gone, err := r.trimmedAt(ctx, b.ShardID, b.StartSequenceNumber)
 	if err != nil {
 		return RangeReport{ShardReport: ShardReport{ShardID: b.ShardID}}, err
+	}
+	if gone {
+		// The shard has left the stream with all its records (a closed shard past retention):
+		// the object is the only copy, and there is nothing else of the range to read. Only a
+		// shard the group's state knows (the consumer or a pass has written its item) can be
+		// such a shard: an object naming any other is refused.
+		states, err := r.cps.List(ctx, r.cfg.Group, r.cfg.Stream)
+		if err != nil {
+			return RangeReport{ShardReport: ShardReport{ShardID: b.ShardID}}, fmt.Errorf("reconcile: list checkpoints: %w", err)
+		}
+		if !slices.ContainsFunc(states, func(st checkpoint.State) bool { return st.Shard.ShardID == b.ShardID }) {
+			return RangeReport{ShardReport: ShardReport{ShardID: b.ShardID}}, fmt.Errorf("%w: shard %s is neither in the stream nor in the group's state", ErrInvalidRange, b.ShardID)
+		}
+		r.log.WarnContext(ctx, "on-failure range of a shard no longer in the stream; replaying it from the object",
+			"group", r.cfg.Group, "shard_id", b.ShardID, "start_sequence_number", b.StartSequenceNumber,
+			"end_sequence_number", b.EndSequenceNumber, "records_in_object", len(m.Payload.Records))
+		return r.ReplayObjectRecords(ctx, m)
 	}
 	if !trimmed {
 		rep, err := r.ReplayRange(ctx, b.ShardID, b.StartSequenceNumber, b.EndSequenceNumber)
@@ -169,17 +187,21 @@ func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message) (Ran
 }
 
 // trimmedAt reports whether Kinesis refuses AT_SEQUENCE_NUMBER seq as older than the trim
-// horizon (the record has expired).
-func (r *Reconciler) trimmedAt(ctx context.Context, shardID, seq string) (bool, error) {
+// horizon (the record has expired), and gone when the shard itself is not found (it left the
+// stream with its records).
+func (r *Reconciler) trimmedAt(ctx context.Context, shardID, seq string) (trimmed, gone bool, _ error) {
 	rd := r.reader(shardID, false)
 	err := rd.open(ctx, types.ShardIteratorTypeAtSequenceNumber, seq)
+	var nf *types.ResourceNotFoundException
 	switch {
 	case errors.Is(err, errTrimmed):
-		return true, nil
+		return true, false, nil
 	case errors.Is(err, errNoRecord):
-		return false, nil // proves nothing: ReplayRange reads from the trim horizon
+		return false, false, nil // proves nothing: ReplayRange reads from the trim horizon
+	case errors.As(err, &nf):
+		return false, true, nil
 	}
-	return false, err
+	return false, false, err
 }
 
 // ReplayObjectRecords replays the records of an S3 destination's object (m from

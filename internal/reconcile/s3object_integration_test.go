@@ -199,3 +199,29 @@ func TestS3NotificationRefused(t *testing.T) {
 		t.Fatalf("a notification without a failure bucket was accepted")
 	}
 }
+
+// An object of a shard that has left the stream (not found by Kinesis) is the only copy of its
+// records: they are replayed from it when the group's state knows the shard, and refused when
+// it does not (a shard id nobody consumed).
+func TestS3ObjectOfAShardNoLongerInTheStream(t *testing.T) {
+	s := newStack(t, 1)
+	objects := stacktest.S3(t)
+	bucket := stacktest.Bucket(t)
+	const goneShard = "shardId-000000000999"
+	gone := []put{{shard: goneShard, seq: "49659013567040981547806411413924417826734318779281620994", key: "k", data: []byte(`{"n":1}`)},
+		{shard: goneShard, seq: "49659013567040981547806411413924417826734318779281620995", key: "k", data: []byte(`{"n":2}`)}}
+	note, _ := failureObject(t, objects, bucket, s.stream, gone)
+	rec := newRecorder()
+	h := NewHandler(s.reconciler(s.pipeline(rec.process, 3), Config{}), nil, slog.New(slog.DiscardHandler), WithFailureBucket(objects, bucket))
+	if resp := h.HandleSQS(context.Background(), sqsEvent(note)); len(resp.BatchItemFailures) != 1 || len(rec.delivered()) != 0 {
+		t.Fatalf("an object of a shard unknown to the group: failures %v, %d replayed; want refused", resp.BatchItemFailures, len(rec.delivered()))
+	}
+	// The consumer once checkpointed the shard.
+	if _, err := s.cps.Advance(context.Background(), s.shard(goneShard), "49659013567040981547806411413924417826734318779281620000"); err != nil {
+		t.Fatal(err)
+	}
+	if resp := h.HandleSQS(context.Background(), sqsEvent(note)); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	checkOnce(t, "object of a shard gone from the stream", rec.counts(), idsOf(gone))
+}
