@@ -67,6 +67,7 @@
 //	SETTLE_AFTER                reconciler, default 30m: only records older than this are judged gaps
 //	MAXIMUM_RECORD_AGE_SECONDS  reconciler, default -1: the mapping's MaximumRecordAgeInSeconds
 //	STARTING_POSITION           reconciler, default TRIM_HORIZON: the mapping's StartingPosition (LATEST: records before the group's start are out of scope)
+//	FAILURE_BUCKET              reconciler, optional: the mapping's S3 on-failure destination, the only bucket whose objects the failure queue's notifications may name
 //	RECORD_FILTER               default none: the mapping's FilterCriteria pattern; records it drops are never processed, and not gaps
 //	ON_PARK                     default continue: hold-key parks every later record of a parked record's key behind it, in order
 //

@@ -38,6 +38,8 @@ const (
 	EnvSettleAfter       = "SETTLE_AFTER"
 	EnvMaxRecordAge      = "MAXIMUM_RECORD_AGE_SECONDS"
 	EnvOnPark            = "ON_PARK"
+	// EnvFailureBucket names the mapping's S3 on-failure destination (reconciler, optional).
+	EnvFailureBucket = "FAILURE_BUCKET"
 	// EnvStartingPosition is the mapping's StartingPosition, given to the reconciler: it decides
 	// which records of a lineage the mapping never checkpointed are in scope.
 	EnvStartingPosition = "STARTING_POSITION"
@@ -152,6 +154,9 @@ type Reconciler struct {
 	// TRIM_HORIZON every record of a shard the mapping never checkpointed is in scope; with
 	// LATEST only those that arrived after the group's scope start (docs/reconciler.md).
 	StartingPosition string
+	// FailureBucket (FAILURE_BUCKET, optional) is the mapping's S3 on-failure destination: the
+	// only bucket whose objects the failure queue's S3 event notifications may name.
+	FailureBucket string
 }
 
 // LoadConsumer reads and validates the consumer's variables through getenv (os.Getenv in main).
@@ -198,6 +203,9 @@ func LoadReconciler(getenv func(string) string, opts ...LoadOption) (Reconciler,
 		r.StreamName = m[1]
 	}
 	p.streamName(r.StreamName)
+	if r.FailureBucket = strings.TrimSpace(getenv(EnvFailureBucket)); r.FailureBucket != "" && !validBucket(r.FailureBucket) {
+		p.fail(EnvFailureBucket, r.FailureBucket, "is not an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit)")
+	}
 	return r, p.err()
 }
 

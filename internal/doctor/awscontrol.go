@@ -220,6 +220,10 @@ func mappingOf(m lambdatypes.EventSourceMappingConfiguration) *Mapping {
 	}
 	if m.DestinationConfig != nil && m.DestinationConfig.OnFailure != nil {
 		out.OnFailure = aws.ToString(m.DestinationConfig.OnFailure.Destination)
+		// An S3 bucket destination: arn:<partition>:s3:::<name>.
+		if parts := strings.SplitN(out.OnFailure, ":", 6); len(parts) == 6 && parts[2] == "s3" {
+			out.OnFailureBucket = parts[5]
+		}
 	}
 	return out
 }

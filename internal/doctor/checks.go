@@ -113,6 +113,9 @@ var Checks = []Check{
 		ID: "mapping.on-failure-not-consumed", Level: Error,
 		Fix: "give the reconciler an SQS event on the mapping's on-failure queue (template.yaml ReconcilerFunction Events.FailureQueue), or point the destination at the queue it consumes",
 		Eval: mappingCheck(func(m *Mapping, d *Deployment) string {
+			if m.OnFailureBucket != "" {
+				return s3DestinationNotConsumed(m, d)
+			}
 			if m.OnFailure != "" && !slices.Contains(d.ReconcilerQueues, m.OnFailure) {
 				return fmt.Sprintf("the on-failure destination %s is not consumed by the reconciler (it reads %v): ranges the mapping gives up on wait there until the scheduled pass finds them",
 					m.OnFailure, d.ReconcilerQueues)
@@ -382,4 +385,25 @@ func schedulePeriod(s *Schedule) (time.Duration, bool) {
 	n, _ := strconv.Atoi(m[1])
 	unit := map[string]time.Duration{"minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour}[strings.TrimSuffix(m[2], "s")]
 	return time.Duration(n) * unit, true
+}
+
+// s3DestinationNotConsumed judges an S3 bucket as the on-failure destination: the reconciler
+// reads its objects only from the bucket FAILURE_BUCKET names, and learns of them through the
+// bucket's ObjectCreated notifications to a queue it consumes (checked offline; live, the
+// bucket's notification configuration is not read).
+func s3DestinationNotConsumed(m *Mapping, d *Deployment) string {
+	if d.ReconcilerEnv != nil && d.ReconcilerEnv[config.EnvFailureBucket] != m.OnFailureBucket {
+		return fmt.Sprintf("the on-failure destination is bucket %s but the reconciler's %s is %q: it refuses the bucket's objects, and ranges the mapping gives up on wait until the scheduled pass finds them",
+			m.OnFailureBucket, config.EnvFailureBucket, d.ReconcilerEnv[config.EnvFailureBucket])
+	}
+	if m.OnFailureNotifies == nil {
+		return ""
+	}
+	for _, q := range m.OnFailureNotifies {
+		if slices.Contains(d.ReconcilerQueues, q) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("the on-failure bucket %s notifies %v, none of which the reconciler consumes (it reads %v): ranges the mapping gives up on wait there until the scheduled pass finds them",
+		m.OnFailureBucket, m.OnFailureNotifies, d.ReconcilerQueues)
 }

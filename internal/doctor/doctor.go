@@ -43,6 +43,11 @@ type Mapping struct {
 	BatchingWindow          time.Duration
 	// OnFailure is the destination's identity: an ARN live, "Resource.Arn" offline; "" = none.
 	OnFailure string
+	// OnFailureBucket is the destination's bucket when it is an S3 bucket (live: its name;
+	// offline: its resource id); OnFailureNotifies are the queues its ObjectCreated
+	// notifications go to (as ReconcilerQueues; offline only, nil when unknown).
+	OnFailureBucket   string
+	OnFailureNotifies []string
 	// State is the mapping's state live ("Enabled", "Disabled", …); "" offline.
 	State string
 	// Filters are the patterns of the mapping's FilterCriteria (none = every record is sent).

@@ -46,6 +46,17 @@ func FromTemplate(t *Template, source string, retention time.Duration) Deploymen
 		if age := intOr(val(t, get(ev, "MaximumRecordAgeInSeconds")), -1); age >= 0 {
 			m.MaximumRecordAge = time.Duration(age) * time.Second
 		}
+		if id, _, _ := strings.Cut(m.OnFailure, "."); t.Type(id) == "AWS::S3::Bucket" {
+			m.OnFailureBucket = id
+			qs := t.chosen(t.Prop(id, "NotificationConfiguration", "QueueConfigurations"))
+			if qs != nil {
+				for _, q := range qs.Content {
+					if strings.HasPrefix(val(t, get(q, "Event")), "s3:ObjectCreated:") {
+						m.OnFailureNotifies = append(m.OnFailureNotifies, val(t, get(q, "Queue")))
+					}
+				}
+			}
+		}
 		m.ReportBatchItemFailures = slices.Contains(t.List(get(ev, "FunctionResponseTypes")), "ReportBatchItemFailures")
 		m.Filters = filterPatterns(t, get(ev, "FilterCriteria"))
 		m.Metrics = t.List(get(ev, "MetricsConfig", "Metrics"))

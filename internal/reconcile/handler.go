@@ -34,6 +34,9 @@ type Handler struct {
 	minAttempt time.Duration
 	reserve    time.Duration
 	queueURLs  sync.Map // event source ARN -> queue URL
+
+	objects       objectAPI // WithFailureBucket (s3object.go)
+	failureBucket string
 }
 
 // releaseAPI is what the handler needs to put an untried on-failure message back on its queue
@@ -178,6 +181,14 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 					"message_id", rest.MessageId, "group", h.r.cfg.Group)
 			}
 			break
+		}
+		if onfailure.IsS3Notification([]byte(msg.Body)) {
+			// An S3 on-failure destination's object, named by the bucket's event notification
+			// (s3object.go).
+			if err := h.handleObjectNotification(ctx, msg, deadline, hasDeadline, &total); err != nil {
+				fail("S3 notification on the failure queue not accounted for: it will be retried or left for the dead-letter queue", "error", err)
+			}
+			continue
 		}
 		m, err := onfailure.Parse([]byte(msg.Body))
 		if err != nil {
