@@ -8,11 +8,15 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
+	"github.com/gapless-dev/gapless/internal/wire"
 )
 
 // Reconciler is the function that proves nothing behind the checkpoint was skipped: an
@@ -51,7 +55,31 @@ func NewReconciler(ctx context.Context, p ProcessFunc, opts ...Option) (*Reconci
 		"group", cfg.Group, "tail_after", reconcile.TailAfter(cfg.MaxRecordAge, cfg.SettleAfter).String(),
 		"maximum_record_age_seconds", ageSeconds, "unlimited_age_capped_at", reconcile.TailAgeCap.String())
 	// The failure queue's untried messages go back to it (the record's eventSourceARN names it).
-	return &Reconciler{h: reconcile.NewHandler(r, parts.Metrics, parts.Logger, reconcile.WithRelease(sqs.NewFromConfig(parts.AWS)))}, nil
+	// Operator commands (gapless redrive, gapless replay) run here, with this Process and this
+	// configuration.
+	return &Reconciler{h: reconcile.NewHandler(r, parts.Metrics, parts.Logger, reconcile.WithRelease(sqs.NewFromConfig(parts.AWS)),
+		reconcile.WithCommands(o.newRedriver(cfg, p, parts), cfg.OnPark))}, nil
+}
+
+// newRedriver builds a redrive session the way the consumer's pipeline is built (this Process,
+// parked queue, payload bucket, MAX_RECORD_ATTEMPTS as the fresh budget), over a fresh
+// reconcile.NewRedriveLedger per session; held keys (ON_PARK=hold-key) are redriven in order
+// and released (without holds in the ledger this costs one GetItem per partition key seen).
+func (o options) newRedriver(cfg config.Reconciler, p ProcessFunc, parts wire.Parts) reconcile.NewRedriverFunc {
+	sqsClient, ddb := sqs.NewFromConfig(parts.AWS), dynamodb.NewFromConfig(parts.AWS)
+	objects := wire.NewS3(parts.AWS, o.getenv)
+	kin := kinesis.NewFromConfig(parts.AWS)
+	return func(ctx context.Context, rc reconcile.RedriveConfig, progress func(reconcile.RedriveEvent)) (*reconcile.Redriver, error) {
+		rp, err := o.build(ctx, cfg.Common, config.DefaultDeadlineMargin, p, wire.WithAWSConfig(parts.AWS), wire.WithLogger(parts.Logger),
+			wire.ForRedrive(func(l pipeline.Ledger) pipeline.Ledger { return reconcile.NewRedriveLedger(l) }))
+		if err != nil {
+			return nil, err
+		}
+		rc.MaxRecordAttempts = cfg.MaxRecordAttempts
+		return reconcile.NewRedriver(sqsClient, cfg.ParkedQueueURL, kin, rp.Pipeline, rc,
+			reconcile.WithRedriveHolds(dedupe.NewHolds(ddb, cfg.DedupeTable)), reconcile.WithRedriveLogger(parts.Logger),
+			reconcile.WithRedrivePayloads(objects), reconcile.WithRedriveProgress(progress))
+	}
 }
 
 // Handle is what StartReconciler registers. An SQS event (the on-failure queue) is answered
