@@ -194,6 +194,8 @@ func startLocalReconciler(ctx context.Context, o *opsOptions, r *reconcilerOptio
 		k, v, _ := strings.Cut(s, "=")
 		env[k] = v
 	}
+	// The command names the group and stream the local function gets.
+	o.group, o.stream = env[config.EnvGroup], env[config.EnvStreamName]
 	c, err := loadClients(ctx, o, stderr)
 	if err != nil {
 		return nil, err
