@@ -645,6 +645,10 @@ func wantGrants() map[string]grants {
 	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}, "FailureQueue.Arn")
 	// The reconciler releases on-failure messages it had no time to try (reconcile.WithRelease).
 	reconciler.add([]string{"sqs:GetQueueUrl", "sqs:SendMessage"}, "FailureQueue.Arn")
+	// Redrive runs in the reconciler (reconcile.WithCommands): it consumes the parked queue and
+	// reads parked payloads back.
+	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}, "ParkedQueue.Arn")
+	reconciler.add([]string{"s3:GetObject"}, "sub:${PayloadBucket.Arn}/"+park.KeyPrefix+"*")
 	return map[string]grants{"ConsumerRole": consumer, "ReconcilerRole": reconciler}
 }
 
