@@ -83,10 +83,13 @@ func (o options) newRedriver(cfg config.Reconciler, p ProcessFunc, parts wire.Pa
 }
 
 // Handle is what StartReconciler registers. An SQS event (the on-failure queue) is answered
-// with an events.SQSEventResponse naming the messages to retry; any other event (an EventBridge
-// scheduled event, or {} from a manual invoke) runs a scheduled pass and is answered with its
-// summary, a JSON object of counts (recordsVerified, gapsDetected, gapsReplayed, parked,
-// lostToRetention, ...).
+// with an events.SQSEventResponse naming the messages to retry; an operator command
+// ({"gapless": {"version": 1, "command": "redrive" or "replay", ...}}, sent by gapless redrive
+// and gapless replay) runs with this Process and configuration and is answered with
+// {"gapless": {...report}}, or refused with an error naming why; any other event (an
+// EventBridge scheduled event, or {} from a manual invoke) runs a scheduled pass and is answered
+// with its summary, a JSON object of counts (recordsVerified, gapsDetected, gapsReplayed,
+// parked, lostToRetention, ...).
 func (r *Reconciler) Handle(ctx context.Context, event json.RawMessage) (any, error) {
 	return r.h.Handle(ctx, event)
 }

@@ -218,6 +218,11 @@ func TestOpsMissingFlagsNameTheVariables(t *testing.T) {
 			t.Errorf("%s: exit %d stderr %q", cmd[0], code, stderr)
 		}
 	}
+	// The deployed function's configuration is its own: a local-only flag is refused, not ignored.
+	_, stderr, code := gapless(t, "redrive", "--reconciler-function", "gapless-Reconciler", "--target-queue", "q", "--max-attempts", "2")
+	if code != 2 || !strings.Contains(stderr, "--max-attempts, --target-queue set the local reconciler's configuration") {
+		t.Errorf("redrive --reconciler-function with local flags: exit %d stderr %q", code, stderr)
+	}
 }
 
 // nopParker accepts every record (for pipelines whose Process never fails).

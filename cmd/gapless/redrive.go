@@ -81,9 +81,13 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("%s answered the redrive command without a redrive report", inv.where())
 		}
 		printRedriveEvents(stderr, r)
+		state := ""
+		if !res.Done {
+			state = "; out of time"
+		}
 		fmt.Fprintf(stderr, "redrive: invocation %d of %s (group %s, stream %s, ON_PARK=%s): %d messages, %d processed, %d already done, %d parked again, %d left%s\n",
 			n, inv.where(), printable(res.Group, false), printable(res.Stream, false), printable(res.OnPark, false),
-			r.Received, r.Processed, r.Duplicates, r.ParkedAgain, r.Left, map[bool]string{true: "", false: "; out of time, invoking again"}[res.Done])
+			r.Received, r.Processed, r.Duplicates, r.ParkedAgain, r.Left, state)
 		out.Received += r.Received
 		out.Processed += r.Processed
 		out.Duplicates += r.Duplicates

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/local/chaos"
@@ -59,6 +61,12 @@ func reconcilerFlags(fs *flag.FlagSet) *reconcilerOptions {
 	})
 	fs.DurationVar(&r.timeout, "timeout", 300*time.Second, "local: the function timeout (template.yaml's 300s): one invocation's time")
 	return r
+}
+
+// localOnlyFlags configure the local reconciler only.
+var localOnlyFlags = map[string]bool{
+	"checkpoint-table": true, "dedupe-table": true, "parked-queue": true, "target-queue": true, "payload-bucket": true,
+	"max-attempts": true, "dedupe-key": true, "ledger-ttl": true, "function-dir": true, "env": true, "set": true, "timeout": true,
 }
 
 // envReconcilerFunction names the deployed reconciler function for redrive and replay.
@@ -134,6 +142,18 @@ func functionErrorMessage(body []byte) string {
 // reconcilerInvoker picks the function: --reconciler-function on AWS, else the local reconciler.
 func reconcilerInvoker(ctx context.Context, o *opsOptions, r *reconcilerOptions, fs *flag.FlagSet, stderr io.Writer) (commandInvoker, error) {
 	if r.function != "" {
+		// The deployed function has its own configuration: a flag that would only change the
+		// local function's is refused rather than silently ignored.
+		var local []string
+		fs.Visit(func(f *flag.Flag) {
+			if localOnlyFlags[f.Name] {
+				local = append(local, "--"+f.Name)
+			}
+		})
+		if len(local) > 0 {
+			return nil, usagef("%s set the local reconciler's configuration; the deployed function %s uses its own (change it with a deploy)",
+				strings.Join(local, ", "), r.function)
+		}
 		cfg, err := awsconfig.LoadDefaultConfig(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("load AWS configuration: %w", err)
@@ -200,7 +220,7 @@ func startLocalReconciler(ctx context.Context, o *opsOptions, r *reconcilerOptio
 	if err != nil {
 		return nil, err
 	}
-	if c.local { // the stack's endpoints and credentials; env.json's queue URLs assume the default port
+	if c.local { // the stack's endpoints and credentials (otherwise the emulator passes ours on)
 		stackEnv, err := readStackEnv(filepath.Join(stackDir(o), "stack.env"))
 		if err != nil {
 			return nil, err
@@ -210,14 +230,17 @@ func startLocalReconciler(ctx context.Context, o *opsOptions, r *reconcilerOptio
 				env[k] = v
 			}
 		}
-		for _, k := range []string{config.EnvParkedQueueURL, config.EnvTargetQueueURL} {
-			if env[k] == "" {
-				continue
-			}
-			if env[k], err = c.queueURL(ctx, env[k]); err != nil {
-				return nil, err
-			}
+	}
+	// env.json's queue URLs assume the default port: the stack names its queues' URLs.
+	for _, k := range []string{config.EnvParkedQueueURL, config.EnvTargetQueueURL} {
+		if env[k] == "" {
+			continue
 		}
+		out, err := c.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(path.Base(env[k]))})
+		if err != nil {
+			return nil, fmt.Errorf("%s: queue %s on the local stack: %w", k, path.Base(env[k]), err)
+		}
+		env[k] = aws.ToString(out.QueueUrl)
 	}
 	env["AWS_LAMBDA_FUNCTION_NAME"] = "ReconcilerFunction"
 
