@@ -158,7 +158,9 @@ func reconcilerInvoker(ctx context.Context, o *opsOptions, r *reconcilerOptions,
 		if err != nil {
 			return nil, fmt.Errorf("load AWS configuration: %w", err)
 		}
-		return lambdaInvoker{client: lambda.NewFromConfig(cfg), name: r.function}, nil
+		// One attempt per invocation: an SDK retry of an Invoke whose answer was lost would run a
+		// second redrive session beside the first.
+		return lambdaInvoker{client: lambda.NewFromConfig(cfg, func(o *lambda.Options) { o.RetryMaxAttempts = 1 }), name: r.function}, nil
 	}
 	if o.useAWS {
 		return nil, usagef("--aws needs --reconciler-function (or $%s): the deployed reconciler function, stack output ReconcilerFunctionName", envReconcilerFunction)

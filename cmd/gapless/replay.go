@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	commands["replay"] = command{summary: "re-read a shard range and replay what the ledger lacks through the pipeline", run: runReplay}
+	commands["replay"] = command{summary: "have the reconciler function re-read a shard range and replay what the ledger lacks", run: runReplay}
 }
 
 // replayOutput is what `gapless replay --json` prints.
