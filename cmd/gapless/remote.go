@@ -199,7 +199,7 @@ func startLocalReconciler(ctx context.Context, o *opsOptions, r *reconcilerOptio
 			return nil, err
 		}
 	}
-	given := map[string]bool{}
+	given, fromFlags := map[string]bool{}, map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	for _, v := range []struct{ flag, env, val string }{
 		{"group", config.EnvGroup, o.group}, {"stream", config.EnvStreamName, o.stream},
@@ -210,6 +210,7 @@ func startLocalReconciler(ctx context.Context, o *opsOptions, r *reconcilerOptio
 	} {
 		if _, inFile := env[v.env]; given[v.flag] || (!inFile && v.val != "" && v.val != "0" && v.val != "0s") {
 			env[v.env] = v.val
+			fromFlags[v.env] = true
 		}
 	}
 	for _, s := range r.sets {
@@ -233,9 +234,10 @@ func startLocalReconciler(ctx context.Context, o *opsOptions, r *reconcilerOptio
 			}
 		}
 	}
-	// env.json's queue URLs assume the default port: the stack names its queues' URLs.
+	// env.json's queue URLs assume the default port: the stack names its queues' URLs. URLs
+	// given as flags (or their variables) are used as they are.
 	for _, k := range []string{config.EnvParkedQueueURL, config.EnvTargetQueueURL} {
-		if env[k] == "" {
+		if env[k] == "" || fromFlags[k] {
 			continue
 		}
 		out, err := c.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(path.Base(env[k]))})
