@@ -34,14 +34,16 @@
 //     concurrent use.
 //   - Returning an error fails the record: the batch is reported from it (partial batch
 //     response), the record is tried again by a later invocation, and after MAX_RECORD_ATTEMPTS
-//     failures it is parked with its payload on PARKED_QUEUE_URL (gapless redrive replays it).
+//     failures it is parked with its payload on PARKED_QUEUE_URL (gapless redrive has the
+//     reconciler run it through its Process again, after the fix).
 //     A panic counts as an error.
 //   - Delivery is at least once. A record can reach Process twice (a function killed between
 //     your side effect and the ledger write, a reconciler replay of a record whose ledger write
 //     was lost): make the side effect idempotent, keyed by Record.ID, which is the same on
 //     every attempt, replay and redrive.
-//   - Give the consumer and the reconciler the same Process: gaps are replayed through the
-//     reconciler's.
+//   - Give the consumer and the reconciler the same Process: gaps are replayed, and parked
+//     records redriven, through the reconciler's (gapless redrive and gapless replay invoke the
+//     reconciler function with a command; nothing more is needed in its main).
 //   - Stop when ctx is done: the pipeline stops starting records shortly before the Lambda
 //     deadline (DEADLINE_MARGIN), and a record still running then is retried.
 //

@@ -84,7 +84,8 @@ func WithBatchWrapper(wrap func(BatchProcessFunc) BatchProcessFunc) Option {
 }
 
 // build wires the pipeline (internal/wire) for cfg around p (nil: the default Process).
-func (o options) build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration, p ProcessFunc) (wire.Parts, error) {
+// extra come last.
+func (o options) build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration, p ProcessFunc, extra ...wire.Option) (wire.Parts, error) {
 	var w []wire.Option
 	if p != nil {
 		w = append(w, wire.WithProcess(internal(p)))
@@ -119,7 +120,7 @@ func (o options) build(ctx context.Context, cfg config.Common, deadlineMargin ti
 	if o.metrics != nil {
 		w = append(w, wire.WithMetricsWriter(o.metrics))
 	}
-	return wire.Build(ctx, cfg, deadlineMargin, o.getenv, o.output, w...)
+	return wire.Build(ctx, cfg, deadlineMargin, o.getenv, o.output, append(w, extra...)...)
 }
 
 // loadOptions: a Process of your own (or a batch form) does not need TARGET_QUEUE_URL.

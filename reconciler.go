@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/config"
+	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 	"github.com/gapless-dev/gapless/internal/wire"
 )
@@ -52,18 +55,45 @@ func NewReconciler(ctx context.Context, p ProcessFunc, opts ...Option) (*Reconci
 		"group", cfg.Group, "tail_after", reconcile.TailAfter(cfg.MaxRecordAge, cfg.SettleAfter).String(),
 		"maximum_record_age_seconds", ageSeconds, "unlimited_age_capped_at", reconcile.TailAgeCap.String())
 	// The failure queue's untried messages go back to it (the record's eventSourceARN names it).
-	hopts := []reconcile.HandlerOption{reconcile.WithRelease(sqs.NewFromConfig(parts.AWS))}
+	hopts := []reconcile.HandlerOption{reconcile.WithRelease(sqs.NewFromConfig(parts.AWS)),
+		// Operator commands (gapless redrive, gapless replay) run here, with this Process and
+		// this configuration.
+		reconcile.WithCommands(o.newRedriver(cfg, p, parts), cfg.OnPark)}
 	if cfg.FailureBucket != "" { // the mapping's S3 on-failure destination: its objects' notifications come on the failure queue
 		hopts = append(hopts, reconcile.WithFailureBucket(wire.NewS3(parts.AWS, o.getenv), cfg.FailureBucket))
 	}
 	return &Reconciler{h: reconcile.NewHandler(r, parts.Metrics, parts.Logger, hopts...)}, nil
 }
 
+// newRedriver builds a redrive session the way the consumer's pipeline is built (this Process,
+// parked queue, payload bucket, MAX_RECORD_ATTEMPTS as the fresh budget), over a fresh
+// reconcile.NewRedriveLedger per session; held keys (ON_PARK=hold-key) are redriven in order
+// and released (without holds in the ledger this costs one GetItem per partition key seen).
+func (o options) newRedriver(cfg config.Reconciler, p ProcessFunc, parts wire.Parts) reconcile.NewRedriverFunc {
+	sqsClient, ddb := sqs.NewFromConfig(parts.AWS), dynamodb.NewFromConfig(parts.AWS)
+	objects := wire.NewS3(parts.AWS, o.getenv)
+	kin := kinesis.NewFromConfig(parts.AWS)
+	return func(ctx context.Context, rc reconcile.RedriveConfig, progress func(reconcile.RedriveEvent)) (*reconcile.Redriver, error) {
+		rp, err := o.build(ctx, cfg.Common, config.DefaultDeadlineMargin, p, wire.WithAWSConfig(parts.AWS), wire.WithLogger(parts.Logger),
+			wire.ForRedrive(func(l pipeline.Ledger) pipeline.Ledger { return reconcile.NewRedriveLedger(l) }))
+		if err != nil {
+			return nil, err
+		}
+		rc.MaxRecordAttempts = cfg.MaxRecordAttempts
+		return reconcile.NewRedriver(sqsClient, cfg.ParkedQueueURL, kin, rp.Pipeline, rc,
+			reconcile.WithRedriveHolds(dedupe.NewHolds(ddb, cfg.DedupeTable)), reconcile.WithRedriveLogger(parts.Logger),
+			reconcile.WithRedrivePayloads(objects), reconcile.WithRedriveProgress(progress))
+	}
+}
+
 // Handle is what StartReconciler registers. An SQS event (the on-failure queue) is answered
-// with an events.SQSEventResponse naming the messages to retry; any other event (an EventBridge
-// scheduled event, or {} from a manual invoke) runs a scheduled pass and is answered with its
-// summary, a JSON object of counts (recordsVerified, gapsDetected, gapsReplayed, parked,
-// lostToRetention, ...).
+// with an events.SQSEventResponse naming the messages to retry; an operator command
+// ({"gapless": {"version": 1, "command": "redrive" or "replay", ...}}, sent by gapless redrive
+// and gapless replay) runs with this Process and configuration and is answered with
+// {"gapless": {...report}}, or refused with an error naming why; any other event (an
+// EventBridge scheduled event, or {} from a manual invoke) runs a scheduled pass and is answered
+// with its summary, a JSON object of counts (recordsVerified, gapsDetected, gapsReplayed,
+// parked, lostToRetention, ...).
 func (r *Reconciler) Handle(ctx context.Context, event json.RawMessage) (any, error) {
 	return r.h.Handle(ctx, event)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -147,6 +148,10 @@ func alternatives(n *yaml.Node) []*yaml.Node {
 // targets names what a value can refer to, across !If branches: "X" for !Ref X, "X.Attr" for
 // !GetAtt, the referenced names for !Select/!Split/!Join, "sub:<text>" for !Sub and "=<text>"
 // for a literal. A list yields the targets of its items.
+// failureBucketARN is the failure bucket's ARN by its fixed name, gapless-fail-<stack id>, as
+// the template writes it in a Fn::Sub with Id the stack id's last part.
+const failureBucketARN = "arn:${AWS::Partition}:s3:::gapless-fail-${Id}"
+
 func targets(n *yaml.Node) []string {
 	var out []string
 	for _, v := range alternatives(n) {
@@ -155,6 +160,16 @@ func targets(n *yaml.Node) []string {
 			out = append(out, arg.Value)
 		case fn == "Fn::GetAtt":
 			out = append(out, getAtt(v))
+		case fn == "Fn::Sub" && arg.Kind == yaml.SequenceNode && len(arg.Content) == 2 &&
+			strings.HasPrefix(arg.Content[0].Value, failureBucketARN):
+			// The failure bucket named by its fixed name (the roles cannot reference it: the
+			// bucket waits for the failure queue's policy, which names the roles).
+			// TestFailureBucket holds the bucket's BucketName to the same name.
+			if rest := strings.TrimPrefix(arg.Content[0].Value, failureBucketARN); rest == "" {
+				out = append(out, "FailureBucket.Arn")
+			} else {
+				out = append(out, "sub:${FailureBucket.Arn}"+rest)
+			}
 		case fn == "Fn::Sub":
 			out = append(out, "sub:"+arg.Value)
 		case fn == "Fn::Select" && arg.Kind == yaml.SequenceNode && len(arg.Content) == 2:

@@ -657,6 +657,10 @@ func wantGrants() map[string]grants {
 	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}, "FailureQueue.Arn")
 	// The reconciler releases on-failure messages it had no time to try (reconcile.WithRelease).
 	reconciler.add([]string{"sqs:GetQueueUrl", "sqs:SendMessage"}, "FailureQueue.Arn")
+	// Redrive runs in the reconciler (reconcile.WithCommands): it consumes the parked queue and
+	// reads parked payloads back.
+	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}, "ParkedQueue.Arn")
+	reconciler.add([]string{"s3:GetObject"}, "sub:${PayloadBucket.Arn}/"+park.KeyPrefix+"*")
 	return map[string]grants{"ConsumerRole": consumer, "ReconcilerRole": reconciler}
 }
 
@@ -850,6 +854,11 @@ func TestFailureBucket(t *testing.T) {
 	if sse := get(c.prop("FailureBucket", "BucketEncryption", "ServerSideEncryptionConfiguration").Content[0], "ServerSideEncryptionByDefault", "SSEAlgorithm"); scalar(sse) != "AES256" {
 		t.Errorf("FailureBucket SSE %q", scalar(sse))
 	}
+	if name := c.prop("FailureBucket", "BucketName"); name == nil || name.Tag != "!Join" ||
+		len(name.Content) != 2 || len(name.Content[1].Content) != 2 || name.Content[1].Content[0].Value != "gapless-fail-" ||
+		name.Content[1].Content[1].Tag != "!Select" {
+		t.Errorf("FailureBucket's BucketName must be gapless-fail-<stack id> (the roles and the failure queue's policy name it so)")
+	}
 	days := 0
 	for _, r := range c.prop("FailureBucket", "LifecycleConfiguration", "Rules").Content {
 		days, _ = strconv.Atoi(scalar(get(r, "ExpirationInDays")))
@@ -861,8 +870,18 @@ func TestFailureBucket(t *testing.T) {
 	if len(qs) != 1 || getAtt(get(qs[0], "Queue")) != "FailureQueue.Arn" || !strings.HasPrefix(scalar(get(qs[0], "Event")), "s3:ObjectCreated:") {
 		t.Fatalf("FailureBucket must notify the failure queue of ObjectCreated events")
 	}
-	pol := c.resource("FailureQueueS3Policy")
-	if scalar(get(pol, "Condition")) != "FailureToS3" || !slices.Contains(stringList(get(c.prop("FailureQueueS3Policy", "PolicyDocument", "Statement").Content[0], "Principal", "Service")), "s3.amazonaws.com") {
-		t.Errorf("FailureQueueS3Policy must let s3.amazonaws.com send the bucket's notifications")
+	// One policy per queue (a second QueuePolicy on the queue would replace the first): the
+	// failure queue's carries the S3 allow when the destination is the bucket.
+	var s3Allow bool
+	for _, st := range c.prop("FailureQueuePolicy", "PolicyDocument", "Statement").Content {
+		if st.Tag == "!If" && len(st.Content) == 3 && st.Content[0].Value == "FailureToS3" &&
+			scalar(get(st.Content[1], "Effect")) == "Allow" &&
+			slices.Contains(stringList(get(st.Content[1], "Principal", "Service")), "s3.amazonaws.com") &&
+			get(st.Content[1], "Condition", "ArnEquals", "aws:SourceArn") != nil {
+			s3Allow = true
+		}
+	}
+	if !s3Allow {
+		t.Errorf("FailureQueuePolicy must let s3.amazonaws.com send the failure bucket's notifications (aws:SourceArn the bucket) when OnFailureDestination is S3")
 	}
 }

@@ -193,7 +193,7 @@ func TestOpsMissingFlagsNameTheVariables(t *testing.T) {
 	for _, env := range []string{"GAPLESS_GROUP", "STREAM_NAME", "CHECKPOINT_TABLE", "DEDUPE_TABLE", "PARKED_QUEUE_URL", "TARGET_QUEUE_URL"} {
 		t.Setenv(env, "")
 	}
-	for _, cmd := range [][]string{{"status"}, {"replay", "--shard", "s", "--from", "1", "--to", "2"}, {"redrive"}} {
+	for _, cmd := range [][]string{{"status"}} {
 		t.Run(cmd[0], func(t *testing.T) {
 			_, stderr, code := gapless(t, cmd...)
 			if code != 2 || !strings.Contains(stderr, "gapless "+cmd[0]+": missing ") {
@@ -209,6 +209,19 @@ func TestOpsMissingFlagsNameTheVariables(t *testing.T) {
 	_, stderr, _ := gapless(t, "replay")
 	if !strings.Contains(stderr, "--shard") {
 		t.Errorf("replay without a range: %q", stderr)
+	}
+	// Redrive and replay run in the reconciler function: on AWS the CLI needs its name only.
+	t.Setenv("GAPLESS_RECONCILER_FUNCTION", "")
+	for _, cmd := range [][]string{{"replay", "--aws", "--shard", "s", "--from", "1", "--to", "2"}, {"redrive", "--aws"}} {
+		_, stderr, code := gapless(t, cmd...)
+		if code != 2 || !strings.Contains(stderr, "--reconciler-function (or $GAPLESS_RECONCILER_FUNCTION)") || !strings.Contains(stderr, "ReconcilerFunctionName") {
+			t.Errorf("%s: exit %d stderr %q", cmd[0], code, stderr)
+		}
+	}
+	// The deployed function's configuration is its own: a local-only flag is refused, not ignored.
+	_, stderr, code := gapless(t, "redrive", "--reconciler-function", "gapless-Reconciler", "--target-queue", "q", "--max-attempts", "2")
+	if code != 2 || !strings.Contains(stderr, "--max-attempts, --target-queue set the local reconciler's configuration") {
+		t.Errorf("redrive --reconciler-function with local flags: exit %d stderr %q", code, stderr)
 	}
 }
 

@@ -6,12 +6,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 )
 
 func init() {
-	commands["redrive"] = command{summary: "run parked records back through the pipeline after a fix", run: runRedrive}
+	commands["redrive"] = command{summary: "have the reconciler function run parked records back through its Process after a fix", run: runRedrive}
 }
 
 // redriveOutput is what `gapless redrive --json` prints.
@@ -30,54 +29,85 @@ type redriveOutput struct {
 
 func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, o := opsFlags("redrive", stderr, true)
+	rf := reconcilerFlags(fs)
 	maxMessages := fs.Int("max-messages", 0, "stop after this many parked messages (0: until none is left)")
 	visibility := fs.Duration("visibility", 2*time.Minute, "how long a received message stays hidden; messages left in the queue reappear after it")
 	setHelp(fs, "redrive [flags]",
-		"Receives parked records (the parked queue) of the group and stream and runs each through the\n"+
-			"pipeline again with a fresh budget of --max-attempts (a payload parked in the payload bucket is\n"+
-			"read back from S3 and checked; one parked by reference by an older release is re-read from the\n"+
-			"stream). A record that succeeds is forwarded by the default Process and its message\n"+
-			"deleted; one that fails its whole budget is parked again (a new message) and the old one\n"+
-			"deleted; anything else stays in the queue. Records of a held key (ON_PARK=hold-key) are\n"+
-			"redriven in the order they were parked, head first; the key is released once all are\n"+
-			"applied, and nothing behind a head that fails again is applied. Progress on stderr,\n"+
-			"summary on stdout.\n"+
-			"Exits 1 when some message was left in the queue.")
+		"Asks the reconciler function to redrive the parked records (the parked queue) of its group and\n"+
+			"stream: it runs each through its own Process again with a fresh budget of MAX_RECORD_ATTEMPTS\n"+
+			"(a payload parked in the payload bucket is read back from S3 and checked; one parked by\n"+
+			"reference by an older release is re-read from the stream), with its own configuration\n"+
+			"(ON_PARK, queues, payload bucket). A record that succeeds has its message deleted; one that\n"+
+			"fails its whole budget is parked again (a new message) and the old one deleted; anything else\n"+
+			"stays in the queue. Records of a held key (ON_PARK=hold-key) are redriven in the order they\n"+
+			"were parked, head first; the key is released once all are applied, and nothing behind a head\n"+
+			"that fails again is applied.\n\n"+
+			"On AWS, --reconciler-function names the deployed function (lambda:InvokeFunction is the only\n"+
+			"right the CLI needs). Without it, the local reconciler runs: functions/reconciler of the Go\n"+
+			"module holding the current directory (--function-dir), built and run under the Lambda runtime\n"+
+			"emulator with the env file's ReconcilerFunction variables, the flags given, --set, and the\n"+
+			"local stack's endpoints. Each invocation stops before the function's timeout and the next one\n"+
+			"goes on. Progress per message and per invocation on stderr, summary on stdout (left,\n"+
+			"skipped, invalid and held are the last invocation's: what is still in the queue).\n"+
+			"Exits 1 when the function refuses the command or fails, or some message was left in the queue.")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	c, err := o.connect(ctx, fs, stderr, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue")
+	if *maxMessages < 0 {
+		return usagef("--max-messages %d: want 0 or more", *maxMessages)
+	}
+	inv, err := reconcilerInvoker(ctx, o, rf, fs, stderr)
 	if err != nil {
 		return err
 	}
-	log := cliLogger(stderr)
-	dl := o.newLedger(c, log)
-	p, err := buildPipeline(ctx, c, o, reconcile.NewRedriveLedger(dl), dl, log)
-	if err != nil {
-		return err
-	}
-	d, err := reconcile.NewRedriver(c.sqs, o.parkedQueue, c.kin, p,
-		reconcile.RedriveConfig{Group: o.group, Stream: o.stream, MaxRecordAttempts: o.maxAttempts, MaxMessages: *maxMessages, VisibilityTimeout: *visibility},
-		// Held keys (ON_PARK=hold-key) are redriven in order and released; without holds in the
-		// table this costs one GetItem per partition key seen.
-		reconcile.WithRedriveHolds(dedupe.NewHolds(c.ddb, o.dedupeTable)),
-		reconcile.WithRedriveLogger(log), reconcile.WithRedrivePayloads(c.s3), reconcile.WithRedriveProgress(func(ev reconcile.RedriveEvent) {
-			line := fmt.Sprintf("redrive %s: %s", orDash(ev.RecordID, ev.MessageID), ev.Outcome)
-			if ev.Attempts > 0 {
-				line += fmt.Sprintf(" after %d attempt(s)", ev.Attempts)
+	defer inv.close()
+	var out redriveOutput
+	var last *reconcile.RedriveResult
+	var runErr error
+	for n := 1; ; n++ {
+		limit := 0
+		if *maxMessages > 0 {
+			if limit = *maxMessages - out.Received; limit <= 0 {
+				break
 			}
-			if ev.Err != nil {
-				line += ": " + ev.Err.Error()
-			}
-			fmt.Fprintln(stderr, line)
-		}))
-	if err != nil {
-		return err
+		}
+		res, err := sendCommand(ctx, inv, reconcile.Command{Command: reconcile.CommandRedrive, Group: o.group, Stream: o.stream,
+			Redrive: &reconcile.RedriveCommand{MaxMessages: limit, VisibilityTimeoutSeconds: int((*visibility + time.Second - 1) / time.Second)}})
+		if err != nil {
+			return err
+		}
+		r := res.Redrive
+		if r == nil {
+			return fmt.Errorf("%s answered the redrive command without a redrive report", inv.where())
+		}
+		printRedriveEvents(stderr, r)
+		state := ""
+		if !res.Done {
+			state = "; out of time"
+		}
+		fmt.Fprintf(stderr, "redrive: invocation %d of %s (group %s, stream %s, ON_PARK=%s): %d messages, %d processed, %d already done, %d parked again, %d left%s\n",
+			n, inv.where(), printable(res.Group, false), printable(res.Stream, false), printable(res.OnPark, false),
+			r.Received, r.Processed, r.Duplicates, r.ParkedAgain, r.Left, state)
+		out.Received += r.Received
+		out.Processed += r.Processed
+		out.Duplicates += r.Duplicates
+		out.ParkedAgain += r.ParkedAgain
+		out.DeleteFailures += r.DeleteFailures
+		out.Released += r.Released
+		out.Left, out.Skipped, out.Invalid, out.Held = r.Left, r.Skipped, r.Invalid, r.Held
+		last = r
+		if res.Error != "" {
+			runErr = fmt.Errorf("the reconciler: %s", printable(res.Error, false))
+			break
+		}
+		if res.Done {
+			break
+		}
+		if r.Processed+r.Duplicates+r.Released == 0 {
+			runErr = fmt.Errorf("invocation %d ran out of time without redriving any record (%d parked again, %d left): run redrive again, or with --max-messages", n, r.ParkedAgain, r.Left)
+			break
+		}
 	}
-	rep, err := d.Run(ctx)
-	out := redriveOutput{Received: rep.Received, Processed: rep.Processed, Duplicates: rep.Duplicates, ParkedAgain: rep.ParkedAgain,
-		Left: rep.Left, Skipped: rep.Skipped, Invalid: rep.Invalid, DeleteFailures: rep.DeleteFailures,
-		Held: rep.Held, Released: rep.Released}
 	if o.jsonOut {
 		if jerr := writeJSON(stdout, out); jerr != nil {
 			return jerr
@@ -89,13 +119,30 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "held keys: %d released, %d records still held behind a head not applied\n", out.Released, out.Held)
 		}
 	}
-	if err != nil {
-		return err
+	if runErr != nil {
+		return runErr
 	}
-	if rep.Left+rep.Invalid+rep.Held > 0 {
-		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", rep.Left+rep.Invalid+rep.Held)
+	if last != nil && last.Left+last.Invalid+last.Held > 0 {
+		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", last.Left+last.Invalid+last.Held)
 	}
 	return nil
+}
+
+// printRedriveEvents prints one line per parked message the function handled.
+func printRedriveEvents(w io.Writer, r *reconcile.RedriveResult) {
+	for _, ev := range r.Events {
+		line := fmt.Sprintf("redrive %s: %s", printable(orDash(ev.RecordID, ev.MessageID), false), printable(ev.Outcome, false))
+		if ev.Attempts > 0 {
+			line += fmt.Sprintf(" after %d attempt(s)", ev.Attempts)
+		}
+		if ev.Error != "" {
+			line += ": " + printable(ev.Error, false)
+		}
+		fmt.Fprintln(w, line)
+	}
+	if r.EventsOmitted > 0 {
+		fmt.Fprintf(w, "redrive: %d more messages handled (not listed)\n", r.EventsOmitted)
+	}
 }
 
 func orDash(a, b string) string {

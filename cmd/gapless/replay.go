@@ -4,19 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
-	"time"
 
-	"github.com/gapless-dev/gapless/internal/checkpoint"
-	"github.com/gapless-dev/gapless/internal/config"
-	"github.com/gapless-dev/gapless/internal/dedupe"
-	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 )
 
 func init() {
-	commands["replay"] = command{summary: "re-read a shard range and replay what the ledger lacks through the pipeline", run: runReplay}
+	commands["replay"] = command{summary: "have the reconciler function re-read a shard range and replay what the ledger lacks", run: runReplay}
 }
 
 // replayOutput is what `gapless replay --json` prints.
@@ -37,78 +31,75 @@ type replayOutput struct {
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, o := opsFlags("replay", stderr, true)
+	rf := reconcilerFlags(fs)
 	shardID := fs.String("shard", "", "shard id, e.g. shardId-000000000000 (required)")
 	from := fs.String("from", "", "first sequence number of the range (required)")
 	to := fs.String("to", "", "last sequence number of the range, inclusive (required)")
-	recordFilter := filterFlag(fs)
-	onPark := fs.String("on-park", envOrDefault(os.Getenv(config.EnvOnPark), config.OnParkContinue),
-		"what a parked record means for later records of its key, as the functions' ON_PARK: continue or hold-key (default $"+config.EnvOnPark+" or continue)")
 	setHelp(fs, "replay --shard S --from A --to B [flags]",
-		"Re-reads exactly the records A..B of shard S (GetShardIterator AT_SEQUENCE_NUMBER A) and runs\n"+
-			"those the ledger lacks through the same pipeline as the consumer: the default Process\n"+
-			"(forward to the target queue), the same attempt and parking rules. No settle window applies.\n"+
-			"Exits 1 when some record of the range is still failing (run it again, or let it park).")
+		"Asks the reconciler function to re-read exactly the records A..B of shard S\n"+
+			"(GetShardIterator AT_SEQUENCE_NUMBER A) and run those the ledger lacks through its own\n"+
+			"pipeline: its Process, its attempt and parking rules, its ON_PARK (with hold-key no record of\n"+
+			"a held key is applied) and its RECORD_FILTER. No settle window applies. Which function runs\n"+
+			"it: as for redrive (--reconciler-function on AWS, else the local reconciler). An invocation\n"+
+			"that runs out of time is followed by another while the previous one replayed something.\n"+
+			"Exits 1 when the function refuses the command or fails, or some record of the range is still\n"+
+			"failing (run it again, or let it park).")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if *shardID == "" || *from == "" || *to == "" {
 		return usagef("--shard, --from and --to are required")
 	}
-	if *onPark != config.OnParkContinue && *onPark != config.OnParkHoldKey {
-		return usagef("--on-park %q: must be %s or %s", *onPark, config.OnParkContinue, config.OnParkHoldKey)
-	}
-	flt, err := recordFilter()
+	inv, err := reconcilerInvoker(ctx, o, rf, fs, stderr)
 	if err != nil {
 		return err
 	}
-	c, err := o.connect(ctx, fs, stderr, "group", "stream", "checkpoint-table", "dedupe-table", "parked-queue", "target-queue")
-	if err != nil {
-		return err
+	defer inv.close()
+	var res reconcile.CommandResult
+	for n := 1; ; n++ {
+		if res, err = sendCommand(ctx, inv, reconcile.Command{Command: reconcile.CommandReplay, Group: o.group, Stream: o.stream,
+			Replay: &reconcile.ReplayCommand{ShardID: *shardID, From: *from, To: *to}}); err != nil {
+			return err
+		}
+		if res.Replay == nil {
+			return fmt.Errorf("%s answered the replay command without a replay report", inv.where())
+		}
+		r := res.Replay
+		state := ""
+		if !res.Done {
+			state = "; out of time"
+		}
+		fmt.Fprintf(stderr, "replay %s: invocation %d of %s (group %s, stream %s, ON_PARK=%s): %d records verified, %d replayed, %d parked%s\n",
+			printable(r.ShardID, false), n, inv.where(), printable(res.Group, false), printable(res.Stream, false), printable(res.OnPark, false),
+			r.RecordsVerified, r.GapsReplayed, r.Parked, state)
+		if res.Done || res.Error != "" || r.Accounted || r.GapsReplayed+r.Parked+r.LostToRetention == 0 {
+			break
+		}
 	}
-	log := cliLogger(stderr)
-	ledger := o.newLedger(c, log)
-	var extra []pipeline.Option
-	if *onPark == config.OnParkHoldKey { // a replay must not apply a record of a held key
-		extra = append(extra, pipeline.WithHoldKey(pipeline.HoldStore{H: dedupe.NewHolds(c.ddb, o.dedupeTable)}))
-	}
-	p, err := buildPipeline(ctx, c, o, ledger, ledger, log, extra...)
-	if err != nil {
-		return err
-	}
-	r, err := reconcile.New(c.kin, checkpoint.New(c.ddb, o.checkpointTable), p,
-		reconcile.Config{Group: o.group, Stream: o.stream, ReadInterval: reconcileCLIReadInterval, Filter: flt},
-		reconcile.WithLogger(log), reconcile.WithProgress(func(pr reconcile.Progress) {
-			fmt.Fprintf(stderr, "replay %s: through %s, %d records verified, %d replayed\n", pr.ShardID, pr.LastSeq, pr.RecordsVerified, pr.GapsReplayed)
-		}))
-	if err != nil {
-		return err
-	}
-	rep, err := r.ReplayRange(ctx, *shardID, *from, *to)
-	out := replayOutput{ShardID: *shardID, From: *from, To: *to, Accounted: rep.Accounted,
-		RecordsVerified: rep.RecordsVerified, GapsDetected: rep.GapsDetected, GapsReplayed: rep.GapsReplayed,
-		Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostSpans, GetRecordsCalls: rep.GetRecordsCalls,
-		Filtered: rep.Filtered}
+	r := res.Replay
+	out := replayOutput{ShardID: r.ShardID, From: r.From, To: r.To, Accounted: r.Accounted,
+		RecordsVerified: r.RecordsVerified, GapsDetected: r.GapsDetected, GapsReplayed: r.GapsReplayed,
+		Parked: r.Parked, StillFailing: r.StillFailing, LostToRetention: r.LostToRetention, GetRecordsCalls: r.GetRecordsCalls,
+		Filtered: r.Filtered}
 	if o.jsonOut {
 		if jerr := writeJSON(stdout, out); jerr != nil {
 			return jerr
 		}
 	} else {
 		fmt.Fprintf(stdout, "shard %s %s..%s: %d records verified, %d absent from the ledger, %d replayed, %d parked, %d still failing, %d lost to retention\n",
-			out.ShardID, out.From, out.To, out.RecordsVerified, out.GapsDetected, out.GapsReplayed, out.Parked, out.StillFailing, out.LostToRetention)
+			printable(out.ShardID, false), printable(out.From, false), printable(out.To, false), out.RecordsVerified, out.GapsDetected, out.GapsReplayed, out.Parked, out.StillFailing, out.LostToRetention)
 	}
-	if err != nil {
-		return err
+	if res.Error != "" {
+		return fmt.Errorf("the reconciler: %s", printable(res.Error, false))
 	}
-	if !rep.Accounted {
-		return fmt.Errorf("range not fully accounted for: %d records still failing (run replay again; they park after --max-attempts failures)", rep.StillFailing)
+	if !res.Done && !r.Accounted {
+		return fmt.Errorf("the range was not read to its end within the function's time, and the last invocation replayed nothing: run replay again")
+	}
+	if !r.Accounted {
+		return fmt.Errorf("range not fully accounted for: %d records still failing (run replay again; they park after MAX_RECORD_ATTEMPTS failures)", r.StillFailing)
 	}
 	return nil
 }
-
-// reconcileCLIReadInterval paces the CLI's GetRecords calls on a shard (the reconciler's
-// default, 1s, is for unattended runs; an operator waiting takes two of the shard's five reads
-// per second).
-const reconcileCLIReadInterval = 400 * time.Millisecond
 
 func envOrDefault(v, def string) string {
 	if v = strings.TrimSpace(v); v != "" {

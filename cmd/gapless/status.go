@@ -29,12 +29,10 @@ import (
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/local/localstack"
-	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/internal/wire"
-	"github.com/gapless-dev/gapless/process"
 )
 
 func init() {
@@ -207,7 +205,6 @@ func cliLogger(stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// buildPipeline is the consumer's pipeline for replays: same stores, same default Process.
 // newLedger is the ledger as the functions build it: entries written by the CLI live as long as
 // theirs (LEDGER_TTL), so the reconciler does not replay them again after a shorter expiry.
 func (o *opsOptions) newLedger(c opsClients, log *slog.Logger) pipeline.DedupeLedger {
@@ -216,27 +213,6 @@ func (o *opsOptions) newLedger(c opsClients, log *slog.Logger) pipeline.DedupeLe
 		opts = append(opts, dedupe.WithTTL(o.ledgerTTL))
 	}
 	return pipeline.DedupeLedger{L: dedupe.New(c.ddb, o.dedupeTable, opts...)}
-}
-
-func buildPipeline(ctx context.Context, c opsClients, o *opsOptions, ledger pipeline.Ledger, claimer pipeline.Claimer, log *slog.Logger, extra ...pipeline.Option) (*pipeline.Pipeline, error) {
-	parked, err := c.queueURL(ctx, o.parkedQueue)
-	if err != nil {
-		return nil, err
-	}
-	target, err := c.queueURL(ctx, o.targetQueue)
-	if err != nil {
-		return nil, err
-	}
-	o.parkedQueue, o.targetQueue = parked, target
-	if o.payloadBucket == "" && c.local {
-		o.payloadBucket = schema.PayloadBucket
-	}
-	cfg := pipeline.DefaultConfig()
-	cfg.MaxRecordAttempts, cfg.DedupeKey = o.maxAttempts, o.dedupeKey
-	return pipeline.New(ledger, pipeline.CheckpointStore{S: checkpoint.New(c.ddb, o.checkpointTable)},
-		park.New(c.sqs, parked, park.WithPayloadBucket(c.s3, o.payloadBucket)),
-		process.New(c.sqs, target, process.WithPayloadBucket(c.s3, o.payloadBucket)),
-		cfg, append([]pipeline.Option{pipeline.WithLogger(log), pipeline.WithClaimer(claimer)}, extra...)...)
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {

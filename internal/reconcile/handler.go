@@ -34,6 +34,7 @@ type Handler struct {
 	minAttempt time.Duration
 	reserve    time.Duration
 	queueURLs  sync.Map // event source ARN -> queue URL
+	cmds       commands // operator commands (command.go)
 
 	objects       objectAPI // WithFailureBucket (s3object.go)
 	failureBucket string
@@ -95,7 +96,8 @@ type Summary struct {
 // schedule (for example a Kinesis event sent to the wrong function).
 var ErrUnknownEvent = errors.New("reconcile: unknown event")
 
-// Handle dispatches on the event's shape: an SQS event (Records[].eventSource "aws:sqs") carries
+// Handle dispatches on the event's shape: an object with a "gapless" member is an operator
+// command (HandleCommand); an SQS event (Records[].eventSource "aws:sqs") carries
 // on-failure messages; any other object without Records (an EventBridge scheduled event, or {}
 // from a manual invoke) starts a scheduled pass.
 func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
@@ -103,12 +105,16 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (any, error) 
 		Records []struct {
 			EventSource string `json:"eventSource"`
 		} `json:"Records"`
-		Source     string `json:"source"`
-		DetailType string `json:"detail-type"`
+		Source     string          `json:"source"`
+		DetailType string          `json:"detail-type"`
+		Gapless    json.RawMessage `json:"gapless"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		h.log.ErrorContext(ctx, "invocation payload is not a JSON object", "group", h.r.cfg.Group, "error", err)
 		return nil, fmt.Errorf("%w: %v", ErrUnknownEvent, err)
+	}
+	if probe.Gapless != nil {
+		return h.HandleCommand(ctx, probe.Gapless)
 	}
 	if len(probe.Records) > 0 {
 		if probe.Records[0].EventSource != "aws:sqs" {

@@ -20,6 +20,8 @@ type options struct {
 	batch     pipeline.BatchFunc
 	chunk     int
 	batchWrap func(pipeline.BatchFunc) pipeline.BatchFunc
+	// redriveLedger: a redrive session's pipeline (ForRedrive).
+	redriveLedger func(pipeline.Ledger) pipeline.Ledger
 }
 
 // WithBatchProcess sets the business logic in batch form: the pipeline hands f waves of at most

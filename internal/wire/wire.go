@@ -90,11 +90,14 @@ func Build(ctx context.Context, cfg config.Common, deadlineMargin time.Duration,
 	cps := checkpoint.New(ddb, cfg.CheckpointTable)
 	ledger := pipeline.DedupeLedger{L: dedupe.New(ddb, cfg.DedupeTable, dedupe.WithTTL(cfg.LedgerTTL), dedupe.WithLogger(logger))}
 	popts := []pipeline.Option{pipeline.WithLogger(logger), pipeline.WithClaimer(ledger), batchSink(o, sqsClient, objects, cfg)}
-	if cfg.OnPark == config.OnParkHoldKey {
+	var view pipeline.Ledger = ledger
+	if o.redriveLedger != nil {
+		view = o.redriveLedger(ledger)
+	} else if cfg.OnPark == config.OnParkHoldKey {
 		popts = append(popts, pipeline.WithHoldKey(pipeline.HoldStore{H: dedupe.NewHolds(ddb, cfg.DedupeTable)}))
 	}
 	p, err := pipeline.New(
-		ledger,
+		view,
 		pipeline.CheckpointStore{S: cps},
 		park.New(sqsClient, cfg.ParkedQueueURL, park.WithPayloadBucket(objects, cfg.PayloadBucket)),
 		proc,
