@@ -212,6 +212,17 @@ func (s *Store) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Sha
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
+	return s.confirm(ctx, op, shard, seq, token, err)
+}
+
+// confirm settles the outcome of a token-carrying loss write that returned err. nil is this
+// call's write. Otherwise the item is looked at (the one DynamoDB returns with a failed
+// condition, or a consistent GetItem where the endpoint returns none or no attempt got an
+// answer): the token in lossTokens means an attempt of this call was applied (its response
+// lost, a retry failing the condition), and the write is reported Advanced. A failed condition
+// without the token is a lost race (Advanced false, no error); any other failure without the
+// token is returned.
+func (s *Store) confirm(ctx context.Context, op string, shard recordid.Shard, seq, token string, err error) (Result, error) {
 	var failed *types.ConditionalCheckFailedException
 	var item map[string]types.AttributeValue
 	switch {
@@ -223,11 +234,9 @@ func (s *Store) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Sha
 	if item == nil {
 		// A failed condition without the item, or no answer at all (every attempt's response
 		// lost): the write may have been applied. Read the item to find out.
-		out, getErr := s.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
+		out, getErr := s.client.GetItem(context.WithoutCancel(ctx), &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
 		if getErr != nil {
-			// The write may be ours: an error, not a lost race. The caller's next advance
-			// finds the watermark where it is and counts nothing twice (the item's counter has
-			// the count if the write landed).
+			// The write may be ours: an error, not a lost race.
 			return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w (and the item could not be read: %v)", op, shard, seq, err, getErr)
 		}
 		item = out.Item
@@ -239,6 +248,38 @@ func (s *Store) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Sha
 		return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w", op, shard, seq, err)
 	}
 	return Result{Previous: storedSeq(item, attrWatermarkEnc)}, nil
+}
+
+// CountLoss adds 1 to the shard's lostToRetention counter for a span lost to stream retention
+// that no watermark advance passes (nothing after it to move the watermark to), in one
+// UpdateItem that carries a random token, added to lossTokens, and is conditional on that token
+// being absent: an SDK retry of an applied write is a no-op, and the write is confirmed by
+// reading the token back when no attempt got an answer (see confirm). Advanced reports that the
+// count is on the item; an error means it may not be, and the caller must not treat anything
+// that depends on the count as final.
+func (s *Store) CountLoss(ctx context.Context, shard recordid.Shard) (Result, error) {
+	const op = "count lost span"
+	if err := shard.Validate(); err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
+	}
+	token, err := newToken()
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.table),
+		Key:                      key(shard),
+		UpdateExpression:         aws.String("ADD #lost :one, #tok :tok"),
+		ConditionExpression:      aws.String("attribute_not_exists(#tok) OR NOT contains(#tok, :t)"),
+		ExpressionAttributeNames: map[string]string{"#lost": attrLostToRetention, "#tok": attrLossTokens},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":one": &types.AttributeValueMemberN{Value: "1"},
+			":tok": &types.AttributeValueMemberSS{Value: []string{token}},
+			":t":   &types.AttributeValueMemberS{Value: token},
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	return s.confirm(ctx, op, shard, "", token, err)
 }
 
 // newToken returns a random identifier for one conditional write.

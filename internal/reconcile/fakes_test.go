@@ -248,6 +248,16 @@ func (c *memCheckpoints) AdvanceWatermarkPastLoss(ctx context.Context, shard rec
 	return res, err
 }
 
+func (c *memCheckpoints) CountLoss(_ context.Context, shard recordid.Shard) (checkpoint.Result, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lossErr != nil {
+		return checkpoint.Result{}, c.lossErr
+	}
+	c.get(shard).LostToRetention++
+	return checkpoint.Result{Advanced: true}, nil
+}
+
 func (c *memCheckpoints) AddCounters(_ context.Context, shard recordid.Shard, n checkpoint.Counters) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

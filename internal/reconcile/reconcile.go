@@ -46,6 +46,7 @@ type Checkpoints interface {
 	List(ctx context.Context, group, stream string) ([]checkpoint.State, error)
 	AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (checkpoint.Result, error)
 	AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (checkpoint.Result, error)
+	CountLoss(ctx context.Context, shard recordid.Shard) (checkpoint.Result, error)
 	AddCounters(ctx context.Context, shard recordid.Shard, c checkpoint.Counters) error
 	MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error
 	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
@@ -674,7 +675,7 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 					// The advance that passes the span carries its count (one conditional write).
 					// If it failed, no later advance of this run may pass the span uncounted.
 					if !r.advancePastLoss(ctx, shard, verifiedTo, &rep, *lost) {
-						return rep, err
+						return rep, errors.Join(err, fmt.Errorf("reconcile: count expired span of %s after %s: %w", sh.id, lost.from, errLossNotDurable))
 					}
 					lost = nil
 				} else {
@@ -696,10 +697,12 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		case stop == beyondBound:
 			// Everything up to the checkpoint is accounted for. A span lost after the old
 			// watermark with nothing held up to the checkpoint is all of (watermark, checkpoint].
-			rep.Complete = true
 			if lost != nil {
-				r.settleLost(ctx, shard, &rep, lost, upper)
+				if err := r.settleLost(ctx, shard, &rep, lost, upper); err != nil {
+					return rep, err
+				}
 			}
+			rep.Complete = true
 			return rep, nil
 		case stop == unsettled:
 			if lost != nil {
@@ -713,7 +716,10 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			// records (kinesis-local reports a smaller placeholder; the conditional advance then
 			// leaves the watermark where it is).
 			if lost != nil {
-				r.settleLost(ctx, shard, &rep, lost, sh.endingSeq)
+				// The shard is marked closed (never read again) only once its loss is counted.
+				if err := r.settleLost(ctx, shard, &rep, lost, sh.endingSeq); err != nil {
+					return rep, err
+				}
 			} else {
 				r.advance(ctx, shard, sh.endingSeq, &rep)
 			}
@@ -723,10 +729,12 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			rep.Complete, rep.End = true, true
 			return rep, nil
 		case !closed && (caughtUp || rd.ended): // ended: closed since ListShards; the next run sees it closed
-			rep.Complete = true
 			if lost != nil && upper != "" {
-				r.settleLost(ctx, shard, &rep, lost, upper)
+				if err := r.settleLost(ctx, shard, &rep, lost, upper); err != nil {
+					return rep, err
+				}
 			}
+			rep.Complete = true
 			return rep, nil
 		}
 	}
@@ -822,20 +830,39 @@ func (r *Reconciler) replayCut(ctx context.Context, shard recordid.Shard, page [
 
 // settleLost reports a lost span none of whose successors up to bound is held: every record
 // of the shard up to bound expired unseen, so the watermark moves to bound and the span is
-// counted with that move, once (only the reconciler whose advance wins counts it).
-func (r *Reconciler) settleLost(ctx context.Context, shard recordid.Shard, rep *ShardReport, lost *lostSpan, bound string) {
+// counted with that move, once (only the reconciler whose advance wins counts it). A non-nil
+// error means the count is not known to be durable: the caller must not mark the shard closed
+// or complete, and the pass ends in error, so that the next pass finds the span again.
+func (r *Reconciler) settleLost(ctx context.Context, shard recordid.Shard, rep *ShardReport, lost *lostSpan, bound string) error {
 	if rep.Watermark != "" && seqnum.Compare(bound, rep.Watermark) <= 0 {
 		// Nothing to advance (a closed shard whose ending sequence number, as kinesis-local
 		// reports it, is below its records; it is marked closed next): the count is written on
 		// its own, at once.
-		if err := r.cps.AddCounters(context.WithoutCancel(ctx), shard, checkpoint.Counters{LostToRetention: 1}); err != nil {
-			r.log.WarnContext(ctx, "counting an expired span failed; it is counted again next run", "group", shard.Group, "shard_id", shard.ShardID, "error", err)
-			return
-		}
-		r.lost(ctx, rep, *lost)
-		return
+		return r.countLoss(ctx, shard, rep, *lost)
 	}
-	_ = r.advancePastLoss(ctx, shard, bound, rep, *lost) // the walk ends here either way
+	if !r.advancePastLoss(ctx, shard, bound, rep, *lost) {
+		return fmt.Errorf("reconcile: count expired span of %s after %s: %w", shard.ShardID, lost.from, errLossNotDurable)
+	}
+	return nil
+}
+
+// errLossNotDurable: the write counting a lost span failed or could not be confirmed.
+var errLossNotDurable = errors.New("the write counting the span is not confirmed")
+
+// countLoss counts a lost span with no watermark move (checkpoint.Store.CountLoss: a retried or
+// unanswered write is confirmed by reading the item back, never counted twice) and reports it
+// when this call's write is on the item. A non-nil error means the count is not durable.
+func (r *Reconciler) countLoss(ctx context.Context, shard recordid.Shard, rep *ShardReport, s lostSpan) error {
+	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard)
+	if err != nil {
+		r.log.ErrorContext(ctx, "counting an expired span failed; the shard is not final until a later pass counts it", "group", shard.Group, "shard_id", shard.ShardID,
+			"lost_after_sequence_number", s.from, "error", err)
+		return fmt.Errorf("reconcile: count expired span of %s after %s: %w: %w", shard.ShardID, s.from, errLossNotDurable, err)
+	}
+	if res.Advanced {
+		r.lost(ctx, rep, s)
+	}
+	return nil
 }
 
 // advancePastLoss moves the watermark to seq past a lost span and counts the span in the same
@@ -849,7 +876,7 @@ func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, 
 		// Not applied, or applied without an answer the store could confirm: the next run
 		// finds out (it reads after the stored watermark and counts the span only if its own
 		// advance passes it).
-		r.log.WarnContext(ctx, "advancing the verified watermark past an expired span failed; it is retried next run",
+		r.log.ErrorContext(ctx, "advancing the verified watermark past an expired span failed; it is retried next run",
 			"group", shard.Group, "shard_id", shard.ShardID, "sequence_number", seq, "error", err)
 		return false
 	}
