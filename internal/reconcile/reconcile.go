@@ -45,8 +45,7 @@ const Source = pipeline.SourceReconciler
 type Checkpoints interface {
 	List(ctx context.Context, group, stream string) ([]checkpoint.State, error)
 	AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (checkpoint.Result, error)
-	AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (checkpoint.Result, error)
-	CountLoss(ctx context.Context, shard recordid.Shard) (checkpoint.Result, error)
+	CountLoss(ctx context.Context, shard recordid.Shard, l checkpoint.Loss) (checkpoint.Result, error)
 	AddCounters(ctx context.Context, shard recordid.Shard, c checkpoint.Counters) error
 	MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error
 	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
@@ -572,9 +571,11 @@ func topoOrder(sorted []shardInfo) []shardInfo {
 }
 
 // lostSpan is a span of a shard that expired before it was verified: from (exclusive, the old
-// watermark) to the first record still held (exclusive; "" while unknown).
+// watermark) to the first record still held (exclusive; "" while unknown). after is the stored
+// verified watermark the span follows ("" when none): its identity (checkpoint.Loss).
 type lostSpan struct {
 	from, to  string
+	after     string
 	toArrival time.Time
 }
 
@@ -755,7 +756,7 @@ func (r *Reconciler) open(ctx context.Context, rd *shardReader, watermark, start
 	err := rd.open(ctx, typ, pos)
 	switch {
 	case errors.Is(err, errTrimmed):
-		return &lostSpan{from: pos}, rd.open(ctx, "", "")
+		return &lostSpan{from: pos, after: watermark}, rd.open(ctx, "", "")
 	case errors.Is(err, errNoRecord):
 		return nil, rd.open(ctx, "", "")
 	}
@@ -853,7 +854,7 @@ var errLossNotDurable = errors.New("the write counting the span is not confirmed
 // unanswered write is confirmed by reading the item back, never counted twice) and reports it
 // when this call's write is on the item. A non-nil error means the count is not durable.
 func (r *Reconciler) countLoss(ctx context.Context, shard recordid.Shard, rep *ShardReport, s lostSpan) error {
-	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard)
+	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard, checkpoint.Loss{After: s.after})
 	if err != nil {
 		r.log.ErrorContext(ctx, "counting an expired span failed; the shard is not final until a later pass counts it", "group", shard.Group, "shard_id", shard.ShardID,
 			"lost_after_sequence_number", s.from, "error", err)
@@ -861,17 +862,26 @@ func (r *Reconciler) countLoss(ctx context.Context, shard recordid.Shard, rep *S
 	}
 	if res.Advanced {
 		r.lost(ctx, rep, s)
+	} else {
+		r.alreadyCounted(ctx, shard, s)
 	}
 	return nil
 }
 
+func (r *Reconciler) alreadyCounted(ctx context.Context, shard recordid.Shard, s lostSpan) {
+	r.log.InfoContext(ctx, "an expired span is already counted (or passed) by another reconciler: not counted again",
+		"group", shard.Group, "shard_id", shard.ShardID, "lost_after_sequence_number", s.after)
+}
+
 // advancePastLoss moves the watermark to seq past a lost span and counts the span in the same
-// conditional write (checkpoint.Store.AdvanceWatermarkPastLoss), reporting it only when this
-// call's write happened (a retried write whose first attempt landed included).
-// It returns false when the write failed: the caller then stops, so that no later advance
-// passes the span without its count.
+// conditional write (checkpoint.Store.CountLoss: only while the watermark is still the one the
+// span follows and the span is not counted yet), reporting it only when this call's write
+// happened (a retried write whose first attempt landed included). When another reconciler
+// counted the span first (or moved the watermark past it), the span is not counted again and
+// the watermark is advanced to seq plainly. It returns false when the write failed: the caller
+// then stops, so that no later advance passes the span without its count.
 func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, seq string, rep *ShardReport, s lostSpan) bool {
-	res, err := r.cps.AdvanceWatermarkPastLoss(ctx, shard, seq, 1)
+	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard, checkpoint.Loss{After: s.after, To: seq})
 	if err != nil {
 		// Not applied, or applied without an answer the store could confirm: the next run
 		// finds out (it reads after the stored watermark and counts the span only if its own
@@ -880,12 +890,13 @@ func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, 
 			"group", shard.Group, "shard_id", shard.ShardID, "sequence_number", seq, "error", err)
 		return false
 	}
-	if res.Advanced || rep.Watermark == "" || seqnum.Compare(seq, rep.Watermark) > 0 {
-		rep.Watermark = seq
-	}
 	if res.Advanced {
+		rep.Watermark = seq
 		r.lost(ctx, rep, s)
-	} // else another reconciler moved the watermark past the span first and counted it
+		return true
+	}
+	r.alreadyCounted(ctx, shard, s)
+	r.advance(ctx, shard, seq, rep) // everything from the span's end to seq is accounted for
 	return true
 }
 
