@@ -136,6 +136,9 @@ type State struct {
 	// ScopeFrom: with the mapping at LATEST, the time from which the group's records are in
 	// scope (SetScopeFrom); zero when never recorded.
 	ScopeFrom time.Time
+	// Empty: how far past the watermark a reader found no record (SetEmptyThrough); use
+	// EmptyThroughFor.
+	Empty EmptyThrough
 	Counters
 }
 

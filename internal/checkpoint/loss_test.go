@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/local/faultproxy"
@@ -148,5 +149,49 @@ func TestCountLossInPlaceThenPassed(t *testing.T) {
 	}
 	if _, err := store.CountLoss(ctx, shard, checkpoint.Loss{After: seq56b, To: seq56a}); err == nil {
 		t.Error("a move to or below the span's start was accepted")
+	}
+}
+
+// TestSetEmptyThrough: progress through empty pages is kept only for the stored watermark and
+// only forward.
+func TestSetEmptyThrough(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
+	shard := newShard(t)
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	steps := []struct {
+		name string
+		e    checkpoint.EmptyThrough
+		want bool
+	}{
+		{"no watermark yet", checkpoint.EmptyThrough{Through: t0}, true},
+		{"backwards", checkpoint.EmptyThrough{Through: t0.Add(-time.Second)}, false},
+		{"forward", checkpoint.EmptyThrough{Through: t0.Add(time.Minute)}, true},
+		{"after a watermark not stored", checkpoint.EmptyThrough{After: seq56a, Through: t0.Add(time.Hour)}, false},
+	}
+	for _, st := range steps {
+		ok, err := store.SetEmptyThrough(ctx, shard, st.e)
+		if err != nil || ok != st.want {
+			t.Fatalf("%s: %v %v, want %v", st.name, ok, err, st.want)
+		}
+	}
+	got, err := store.Get(ctx, shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := got.EmptyThroughFor(); !ok || !at.Equal(t0.Add(time.Minute)) {
+		t.Errorf("kept %v %v, want %v", at, ok, t0.Add(time.Minute))
+	}
+	if _, err := store.AdvanceWatermark(ctx, shard, seq56a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = store.Get(ctx, shard); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.EmptyThroughFor(); ok {
+		t.Error("progress kept for an earlier watermark still applies after the watermark moved")
+	}
+	if ok, err := store.SetEmptyThrough(ctx, shard, checkpoint.EmptyThrough{After: seq56a, Through: t0}); err != nil || !ok {
+		t.Errorf("new watermark, earlier time: %v %v, want written", ok, err)
 	}
 }

@@ -281,6 +281,17 @@ func (c *memCheckpoints) MarkClosed(_ context.Context, shard recordid.Shard, end
 	return nil
 }
 
+func (c *memCheckpoints) SetEmptyThrough(_ context.Context, shard recordid.Shard, e checkpoint.EmptyThrough) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.get(shard)
+	if st.Watermark != e.After || (st.Empty.After == e.After && !e.Through.After(st.Empty.Through)) {
+		return false, nil
+	}
+	st.Empty = e
+	return true, nil
+}
+
 func (c *memCheckpoints) SetLineage(_ context.Context, shard recordid.Shard, parents []string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

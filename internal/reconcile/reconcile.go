@@ -50,6 +50,7 @@ type Checkpoints interface {
 	MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error
 	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
 	SetScopeFrom(ctx context.Context, shard recordid.Shard, at time.Time) error
+	SetEmptyThrough(ctx context.Context, shard recordid.Shard, e checkpoint.EmptyThrough) (bool, error)
 }
 
 var _ Checkpoints = (*checkpoint.Store)(nil)
@@ -621,6 +622,15 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	defer r.addCounters(ctx, shard, &counters)
 
 	start := st.Watermark
+	// Progress an earlier pass made through empty pages after this watermark (see keepEmpty).
+	stored, resume := st.EmptyThroughFor()
+	var resumeAt *string
+	var resumeErr error
+	if resume = resume && (from.at.IsZero() || stored.Add(-emptyMargin).After(from.at)); resume {
+		// Asked before the position the walk would start from, which then proves nothing expired
+		// after the watermark: a later trim horizon cannot have passed the resume point unseen.
+		resumeAt, resumeErr = rd.iteratorAt(ctx, stored.Add(-emptyMargin))
+	}
 	var lost *lostSpan
 	var err error
 	if start == "" && from != (startFrom{}) {
@@ -633,10 +643,21 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	if err != nil {
 		if ctx.Err() != nil {
 			rep.Deferred = true
+			if resume {
+				rep.OldestUnverified = stored
+			}
 			return rep, nil
 		}
 		return rep, err
 	}
+	if resume && lost == nil && resumeErr == nil {
+		r.log.InfoContext(ctx, "resuming after the empty pages an earlier pass read past the watermark",
+			"group", r.cfg.Group, "shard_id", sh.id, "watermark", start, "empty_through", stored.UTC().Format(time.RFC3339Nano))
+		rd.iterator, rd.ended = resumeAt, resumeAt == nil
+	}
+	// emptyBase is the watermark every page read since it held no record after (valid while
+	// emptyOK): the base of the progress kept through empty pages.
+	emptyBase, emptyOK := start, true
 	if lost != nil && start != "" && upper != "" && seqnum.Compare(start, upper) >= 0 {
 		// Only a look for a tail (the watermark is at or past the checkpoint): on an idle shard
 		// Kinesis may refuse a watermark whose own record expired although nothing after it
@@ -649,18 +670,25 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	now := r.now()
 	b := bounds{upper: upper, open: !closed, settled: now.Add(-r.cfg.SettleAfter), tail: now.Add(-TailAfter(r.cfg.MaxRecordAge, r.cfg.SettleAfter))}
 	var lastVerifiedArrival time.Time
+	deferred := func() (ShardReport, error) {
+		rep.Deferred = true
+		rep.OldestUnverified = lastVerifiedArrival // the next record arrived at or after it
+		if emptyOK && lost == nil {
+			r.keepEmpty(ctx, shard, &rep, emptyBase, rd.emptyAt)
+			if resume && emptyBase == start && stored.After(rep.OldestUnverified) {
+				rep.OldestUnverified = stored
+			}
+		}
+		return rep, nil
+	}
 	for {
 		if ctx.Err() != nil {
-			rep.Deferred = true
-			rep.OldestUnverified = lastVerifiedArrival // the next record arrived at or after it
-			return rep, nil
+			return deferred()
 		}
 		recs, caughtUp, err := rd.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				rep.Deferred = true
-				rep.OldestUnverified = lastVerifiedArrival
-				return rep, nil
+				return deferred()
 			}
 			return rep, err
 		}
@@ -693,6 +721,10 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 				return rep, nil                 // a record still fails: the watermark waits for it
 			}
 			r.report(sh.id, page, &rep)
+		}
+		if len(recs) > 0 {
+			// Progress through empty pages counts from the last record, once the watermark is on it.
+			emptyBase, emptyOK = rep.Watermark, rep.Watermark == aws.ToString(recs[len(recs)-1].SequenceNumber)
 		}
 		switch {
 		case stop == beyondBound:
@@ -738,6 +770,33 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			rep.Complete = true
 			return rep, nil
 		}
+	}
+}
+
+// emptyMargin is how far before the kept position a pass resumes through empty pages: it
+// covers a difference between the reconciler's clock and Kinesis's, from which
+// MillisBehindLatest and the arrival timestamps AT_TIMESTAMP compares come, and arrival
+// timestamps slightly out of order ("There are no guarantees about the timestamp accuracy, or
+// that the timestamp is always increasing": Kinesis API reference, Record).
+const emptyMargin = time.Second
+
+// keepEmpty records, when a walk is cut short by its budget in a run of empty pages after the
+// watermark base, the position it reached (at, from MillisBehindLatest: shardReader.emptyAt), so
+// that the next pass resumes there (AT_TIMESTAMP, emptyMargin before it) instead of reading the
+// stretch again from the watermark: GetRecords may take many calls to cross a portion of a shard
+// without records, more than one pass's share of the shard, and a stretch read again from its
+// start every pass is never crossed. The position is kept on the checkpoint item only while the
+// watermark is still base (checkpoint.Store.SetEmptyThrough) and reported as the shard's oldest
+// possibly unverified arrival (its verified lag). A failed write loses only progress.
+func (r *Reconciler) keepEmpty(ctx context.Context, shard recordid.Shard, rep *ShardReport, base string, at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	if at.After(rep.OldestUnverified) {
+		rep.OldestUnverified = at // no record after base arrived before at
+	}
+	if _, err := r.cps.SetEmptyThrough(context.WithoutCancel(ctx), shard, checkpoint.EmptyThrough{After: base, Through: at}); err != nil {
+		r.log.WarnContext(ctx, "keeping the progress through empty pages failed; the next pass reads them again", "group", shard.Group, "shard_id", shard.ShardID, "error", err)
 	}
 }
 
