@@ -14,23 +14,25 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
-// stretchKinesis puts a long stretch of empty GetRecords pages at the start of one shard of
-// kinesis-local, as Kinesis serves a shard whose first records arrived long after the position
-// read from ("If there are no records available in the portion of the shard that the iterator
-// points to, GetRecords returns an empty list. It might take multiple calls to get to a portion
-// of the shard that contains records", GetRecords API reference). The stretch covers the span
-// before the shard's first record, in steps: step k is the portion starting at from+k*step. Each
-// empty page reports MillisBehindLatest as the distance of its portion from now (how far behind
-// current time the reader is) and returns the next step's iterator; past the last step the shard
-// is served by kinesis-local from its first record. AT_TIMESTAMP inside the stretch starts at the
-// step holding the time. perPass bounds the stretch pages served until the next newPass: the call
-// after them waits for its context, as a reader slower than its budget.
+// stretchKinesis puts a long stretch of empty GetRecords pages in one shard of kinesis-local, at
+// its start or right after the record after, as Kinesis serves a part of a shard where no records
+// arrived for a long time ("If there are no records available in the portion of the shard that
+// the iterator points to, GetRecords returns an empty list. It might take multiple calls to get
+// to a portion of the shard that contains records", GetRecords API reference). The stretch covers
+// the time before the first record after it (first), in steps: step k is the portion starting at
+// first-from+k*step. Each empty page reports MillisBehindLatest as the distance of its portion
+// from now (how far behind current time the reader is) and returns the next step's iterator;
+// past the last step the shard is served by kinesis-local from the record after the stretch.
+// AT_TIMESTAMP inside the stretch starts at the step holding the time. perPass bounds the stretch
+// pages served until the next newPass: the call after them waits for its context, as a reader
+// slower than its budget.
 type stretchKinesis struct {
 	kinesisAPI
 	stream     string
 	shardID    string
+	after      string        // the record the stretch follows ("" the shard's start)
 	from, step time.Duration // the stretch starts at first-from, in steps of step
-	first      time.Time     // arrival of the shard's first record
+	first      time.Time     // arrival of the first record after the stretch
 	steps      int
 	perPass    int
 
@@ -56,9 +58,15 @@ func (k *stretchKinesis) GetShardIterator(ctx context.Context, in *kinesis.GetSh
 	step := -1
 	switch in.ShardIteratorType {
 	case kintypes.ShardIteratorTypeTrimHorizon, kintypes.ShardIteratorTypeAtSequenceNumber:
-		step = 0 // the shard's start (AT_SEQUENCE_NUMBER: its starting sequence number, the only one asked here)
+		if k.after == "" {
+			step = 0 // the shard's start (AT_SEQUENCE_NUMBER: its starting sequence number, the only one asked here)
+		}
+	case kintypes.ShardIteratorTypeAfterSequenceNumber:
+		if k.after != "" && aws.ToString(in.StartingSequenceNumber) == k.after {
+			step = 0
+		}
 	case kintypes.ShardIteratorTypeAtTimestamp:
-		if t := aws.ToTime(in.Timestamp); t.Before(k.first) {
+		if t := aws.ToTime(in.Timestamp); t.Before(k.first) && (k.after == "" || !t.Before(k.at(0))) {
 			step = max(int(t.Sub(k.at(0))/k.step), 0)
 		}
 	}
@@ -78,8 +86,11 @@ func (k *stretchKinesis) GetRecords(ctx context.Context, in *kinesis.GetRecordsI
 		return nil, fmt.Errorf("stretch iterator %q: %w", it, err)
 	}
 	if step >= k.steps { // past the stretch: the shard's records, from kinesis-local
-		out, err := k.kinesisAPI.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(k.stream),
-			ShardId: aws.String(k.shardID), ShardIteratorType: kintypes.ShardIteratorTypeTrimHorizon})
+		past := &kinesis.GetShardIteratorInput{StreamName: aws.String(k.stream), ShardId: aws.String(k.shardID), ShardIteratorType: kintypes.ShardIteratorTypeTrimHorizon}
+		if k.after != "" {
+			past.ShardIteratorType, past.StartingSequenceNumber = kintypes.ShardIteratorTypeAfterSequenceNumber, aws.String(k.after)
+		}
+		out, err := k.kinesisAPI.GetShardIterator(ctx, past)
 		if err != nil {
 			return nil, err
 		}
@@ -173,5 +184,70 @@ func TestEmptyStretchCrossedOverPasses(t *testing.T) {
 	}
 	if children != 1 {
 		t.Errorf("%d children with a checkpoint, want 1", children)
+	}
+}
+
+// TestEmptyStretchAfterTheWatermarkCrossedOverPasses: an open shard verified up to a record,
+// then a stretch of empty pages longer than a pass's share, then records the consumer
+// processed. The position kept through the stretch follows the watermark; the stretch is
+// crossed over several passes, every pass reports the shard's lag, and the watermark reaches
+// the checkpoint.
+func TestEmptyStretchAfterTheWatermarkCrossedOverPasses(t *testing.T) {
+	s := newStack(t, 1)
+	cons := s.pipeline(newRecorder().process, 3)
+	before := s.putN(3, "before", keyMod(3), nil)
+	s.consume(cons, before)
+	if _, err := s.reconciler(s.pipeline(newRecorder().process, 3), Config{}).Run(context.Background()); err != nil || s.state(before[0].shard).Watermark != before[2].seq {
+		t.Fatalf("first pass: %v", err)
+	}
+	// A real gap between the arrivals, which the stretch fills in 100 ms steps.
+	time.Sleep(3 * time.Second)
+	after := s.putN(3, "after", keyMod(3), nil)
+	s.consume(cons, after)
+	shardID := after[0].shard
+	it, err := s.kin.GetShardIterator(context.Background(), &kinesis.GetShardIteratorInput{StreamName: aws.String(s.stream), ShardId: aws.String(shardID),
+		ShardIteratorType: kintypes.ShardIteratorTypeAtSequenceNumber, StartingSequenceNumber: aws.String(after[0].seq)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.kin.GetRecords(context.Background(), &kinesis.GetRecordsInput{ShardIterator: it.ShardIterator})
+	if err != nil || len(page.Records) == 0 {
+		t.Fatalf("first record after the stretch: %v", err)
+	}
+	kin := &stretchKinesis{kinesisAPI: s.kin, stream: s.stream, shardID: shardID, after: before[2].seq,
+		first: aws.ToTime(page.Records[0].ApproximateArrivalTimestamp), from: 2500 * time.Millisecond, step: 100 * time.Millisecond, steps: 25, perPass: 15}
+	rec := newRecorder()
+	r, err := New(kin, s.cps, s.pipeline(rec.process, 3), Config{Group: s.group, Stream: s.stream, SettleAfter: time.Minute,
+		ReadInterval: time.Millisecond, MaxRunTime: 1500 * time.Millisecond, DeadlineMargin: 100 * time.Millisecond}, WithClock(later))
+	if err != nil {
+		t.Fatal(err)
+	}
+	passes := 0
+	for ; passes < 12; passes++ {
+		kin.newPass()
+		rep, err := r.Run(context.Background())
+		if err != nil {
+			t.Fatalf("pass %d: %v", passes+1, err)
+		}
+		st := s.state(shardID)
+		t.Logf("pass %d: %d stretch pages so far, kept %+v", passes+1, kin.pages, st.Empty)
+		if st.Watermark == after[2].seq {
+			break
+		}
+		if lags := shardLags(rep, r.now()); len(lags) != 1 || lags[0].lag <= 0 {
+			t.Errorf("pass %d: verified lag %+v, want the shard's lag", passes+1, lags)
+		}
+		if st.Empty.After != before[2].seq {
+			t.Errorf("pass %d: progress kept after %q, want the watermark %s", passes+1, st.Empty.After, before[2].seq)
+		}
+	}
+	if st := s.state(shardID); st.Watermark != after[2].seq {
+		t.Fatalf("after %d passes (%d stretch pages) the watermark is %s, want %s: the stretch is never crossed", passes, kin.pages, st.Watermark, after[2].seq)
+	}
+	if passes < 1 {
+		t.Errorf("crossed in %d passes: the test does not make the stretch longer than a pass", passes+1)
+	}
+	if len(rec.delivered()) != 0 {
+		t.Errorf("%d records replayed; the consumer processed them all", len(rec.delivered()))
 	}
 }
