@@ -650,6 +650,9 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		}
 		return rep, err
 	}
+	if resume && resumeErr != nil && ctx.Err() == nil {
+		r.log.WarnContext(ctx, "resuming after the kept empty pages failed; reading them again from the watermark", "group", r.cfg.Group, "shard_id", sh.id, "error", resumeErr)
+	}
 	if resume && lost == nil && resumeErr == nil {
 		r.log.InfoContext(ctx, "resuming after the empty pages an earlier pass read past the watermark",
 			"group", r.cfg.Group, "shard_id", sh.id, "watermark", start, "empty_through", stored.UTC().Format(time.RFC3339Nano))

@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
 )
 
 // stretchKinesis puts a long stretch of empty GetRecords pages in one shard of kinesis-local, at
@@ -250,4 +252,38 @@ func TestEmptyStretchAfterTheWatermarkCrossedOverPasses(t *testing.T) {
 	if len(rec.delivered()) != 0 {
 		t.Errorf("%d records replayed; the consumer processed them all", len(rec.delivered()))
 	}
+}
+
+// TestKeptEmptyPositionYieldsToAnExpiry: progress kept through empty pages after the watermark
+// never hides an expiry or skips a record: when the records after the watermark expired (the
+// usual position is refused), the pass reads from the trim horizon, replays the gaps held there
+// and counts the span, even with a kept position past every record.
+func TestKeptEmptyPositionYieldsToAnExpiry(t *testing.T) {
+	s := newStack(t, 1)
+	expire := s.trimmed()
+	cons := s.pipeline(newRecorder().process, 3)
+	verified := s.putN(3, "verified", keyMod(3), nil)
+	s.consume(cons, verified)
+	if _, err := s.reconciler(s.pipeline(newRecorder().process, 3), Config{}).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.putN(3, "lost", keyMod(3), nil)
+	expire()
+	gaps := s.putN(3, "gap", keyMod(3), nil) // never consumed: the mapping delivered only the next
+	tip := s.putN(1, "tip", keyMod(1), nil)
+	s.consume(cons, tip)
+	shardID := tip[0].shard
+	time.Sleep(1500 * time.Millisecond) // the kept position, less its margin, lies after every record
+	if ok, err := s.cps.SetEmptyThrough(context.Background(), s.shard(shardID), checkpoint.EmptyThrough{After: verified[2].seq, Through: time.Now()}); err != nil || !ok {
+		t.Fatalf("keeping a position: %v %v", ok, err)
+	}
+	rec := newRecorder()
+	rep, err := s.reconciler(s.pipeline(rec.process, 3), Config{}).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.state(shardID); rep.LostToRetention != 1 || st.LostToRetention != 1 || st.Watermark != tip[0].seq {
+		t.Errorf("lost %d (item %d), watermark %s; want the span counted once and the watermark on %s", rep.LostToRetention, st.LostToRetention, st.Watermark, tip[0].seq)
+	}
+	checkOnce(t, "gaps after the expired span", rec.counts(), idsOf(gaps))
 }
