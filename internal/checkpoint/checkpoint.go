@@ -59,6 +59,7 @@ const (
 	attrParked           = "parked"
 	attrLostToRetention  = "lostToRetention"
 	attrLossTokens       = "lossTokens"
+	attrLostSpans        = "lostSpans"
 	attrFiltered         = "filtered"
 )
 
@@ -135,6 +136,9 @@ type State struct {
 	// ScopeFrom: with the mapping at LATEST, the time from which the group's records are in
 	// scope (SetScopeFrom); zero when never recorded.
 	ScopeFrom time.Time
+	// Empty: how far past the watermark a reader found no record (SetEmptyThrough); use
+	// EmptyThroughFor.
+	Empty EmptyThrough
 	Counters
 }
 
@@ -167,51 +171,14 @@ func (s *Store) AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq 
 	return s.advance(ctx, watermarkPos, shard, seq)
 }
 
-// AdvanceWatermarkPastLoss moves the watermark past a span lost to stream retention and adds
-// lost to the shard's lostToRetention counter in the same conditional UpdateItem, so the count
-// can never be separated from the advance that passes the span (a process killed in between
-// would otherwise leave the span passed and uncounted: SPEC invariant 7). lost must be at
-// least 1.
-//
-// The write carries a random token, added to the item's lossTokens set with the advance. When
-// the SDK retries a write whose first attempt was applied but whose response was lost, the
-// retry fails the condition; the store then looks for its token (in the item DynamoDB returns
-// with the failed condition, or with a consistent GetItem where the endpoint returns none, or
-// when no attempt got an answer) and reports Advanced: the count is this caller's, applied
-// once. A condition failure without the token is a lost race: another writer passed seq
-// first, and this call counted nothing.
-func (s *Store) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (Result, error) {
-	const op = "advance watermark past lost span"
-	if err := shard.Validate(); err != nil {
-		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
-	}
-	enc, err := seqnum.Encode(seq)
-	if err != nil {
-		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
-	}
-	if lost < 1 {
-		return Result{}, fmt.Errorf("checkpoint: %s %s: lost %d, want at least 1", op, shard, lost)
-	}
-	token, err := newToken()
-	if err != nil {
-		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
-	}
-	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(s.table),
-		Key:                 key(shard),
-		UpdateExpression:    aws.String("SET #raw = :raw, #enc = :enc, #at = :at ADD #lost :lost, #tok :tok"),
-		ConditionExpression: aws.String("attribute_not_exists(#enc) OR #enc < :enc"),
-		ExpressionAttributeNames: map[string]string{"#raw": attrWatermark, "#enc": attrWatermarkEnc, "#at": attrWatermarkAt,
-			"#lost": attrLostToRetention, "#tok": attrLossTokens},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":raw":  &types.AttributeValueMemberS{Value: seq},
-			":enc":  &types.AttributeValueMemberS{Value: enc},
-			":at":   &types.AttributeValueMemberS{Value: s.timestamp()},
-			":lost": &types.AttributeValueMemberN{Value: strconv.FormatInt(lost, 10)},
-			":tok":  &types.AttributeValueMemberSS{Value: []string{token}},
-		},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+// confirm settles the outcome of CountLoss's write, which returned err. nil is this call's
+// write. Otherwise the item is looked at (the one DynamoDB returns with a failed condition, or a
+// consistent GetItem where the endpoint returns none or no attempt got an answer): the token in
+// lossTokens means an attempt of this call was applied (its response lost, a retry failing the
+// condition), and the write is reported Advanced. Without the token, the span in lostSpans or a
+// failed condition is another writer's count or move (Advanced false, no error); any other
+// failure is returned.
+func (s *Store) confirm(ctx context.Context, op string, shard recordid.Shard, l Loss, token string, err error) (Result, error) {
 	var failed *types.ConditionalCheckFailedException
 	var item map[string]types.AttributeValue
 	switch {
@@ -223,22 +190,114 @@ func (s *Store) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Sha
 	if item == nil {
 		// A failed condition without the item, or no answer at all (every attempt's response
 		// lost): the write may have been applied. Read the item to find out.
-		out, getErr := s.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
+		out, getErr := s.client.GetItem(context.WithoutCancel(ctx), &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
 		if getErr != nil {
-			// The write may be ours: an error, not a lost race. The caller's next advance
-			// finds the watermark where it is and counts nothing twice (the item's counter has
-			// the count if the write landed).
-			return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w (and the item could not be read: %v)", op, shard, seq, err, getErr)
+			// The write may be ours: an error, not a lost race.
+			return Result{}, fmt.Errorf("checkpoint: %s %s after %q: %w (and the item could not be read: %v)", op, shard, l.After, err, getErr)
 		}
 		item = out.Item
 	}
 	if tokens, ok := item[attrLossTokens].(*types.AttributeValueMemberSS); ok && slices.Contains(tokens.Value, token) {
 		return Result{Advanced: true, Previous: storedSeq(item, attrWatermarkEnc)}, nil
 	}
+	if spans, ok := item[attrLostSpans].(*types.AttributeValueMemberSS); ok && slices.Contains(spans.Value, l.key()) {
+		return Result{Previous: storedSeq(item, attrWatermarkEnc)}, nil // counted by another writer
+	}
 	if failed == nil {
-		return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w", op, shard, seq, err)
+		return Result{}, fmt.Errorf("checkpoint: %s %s after %q: %w", op, shard, l.After, err)
 	}
 	return Result{Previous: storedSeq(item, attrWatermarkEnc)}, nil
+}
+
+// Loss is one span of a shard lost to stream retention: records after the verified watermark
+// After that expired before anyone verified them.
+type Loss struct {
+	// After is the verified watermark the span follows ("" when the shard has none). It is the
+	// span's identity: every reconciler that finds records after this watermark expired (a
+	// scheduled pass, a failure-queue replay of a range inside the span) finds the same span,
+	// whatever first record it still sees held.
+	After string
+	// To is where the watermark moves past the span, with the count; "" counts the span without
+	// moving the watermark (nothing is held after it to move it to).
+	To string
+}
+
+// spanStart names the span of a shard never verified in lostSpans.
+const spanStart = "start"
+
+func (l Loss) key() string {
+	if l.After == "" {
+		return spanStart
+	}
+	return l.After
+}
+
+// CountLoss adds 1 to the shard's lostToRetention counter for the span l, and moves the
+// watermark to l.To when set, in one UpdateItem. The span is counted once whoever counts it: the
+// write is conditional on the watermark still being exactly l.After (nobody has passed the span
+// yet) and on the span's identity being absent from the item's lostSpans set, to which it is
+// added. A second count of the span (a replay and a pass finding it at once, a redelivered
+// failure-queue message, a pass after a replay that counted it in place) fails that condition and
+// is a Result with Advanced false: not an error, and the caller may then advance the watermark
+// past the span with AdvanceWatermark (the span is counted, or someone verified past it).
+//
+// The write also carries a random token, added to lossTokens. When the SDK retries a write whose
+// first attempt was applied but whose response was lost, the retry fails the condition; the
+// store then looks for its token (in the item DynamoDB returns with the failed condition, or with
+// a consistent GetItem where the endpoint returns none, or when no attempt got an answer) and
+// reports Advanced: the count is this caller's, applied once. An error means the count may not
+// be on the item: the caller must not treat anything that depends on it as final.
+func (s *Store) CountLoss(ctx context.Context, shard recordid.Shard, l Loss) (Result, error) {
+	const op = "count lost span"
+	if err := shard.Validate(); err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
+	}
+	names := map[string]string{"#lost": attrLostToRetention, "#tok": attrLossTokens, "#spans": attrLostSpans, "#enc": attrWatermarkEnc}
+	values := map[string]types.AttributeValue{
+		":one":     &types.AttributeValueMemberN{Value: "1"},
+		":span":    &types.AttributeValueMemberS{Value: l.key()},
+		":spanset": &types.AttributeValueMemberSS{Value: []string{l.key()}},
+	}
+	cond := "attribute_not_exists(#enc)"
+	if l.After != "" {
+		prev, err := seqnum.Encode(l.After)
+		if err != nil {
+			return Result{}, fmt.Errorf("checkpoint: %s %s: after: %w", op, shard, err)
+		}
+		cond = "#enc = :prev"
+		values[":prev"] = &types.AttributeValueMemberS{Value: prev}
+	}
+	cond += " AND (attribute_not_exists(#spans) OR NOT contains(#spans, :span))"
+	update := "ADD #lost :one, #tok :tok, #spans :spanset"
+	if l.To != "" {
+		enc, err := seqnum.Encode(l.To)
+		if err != nil {
+			return Result{}, fmt.Errorf("checkpoint: %s %s: to: %w", op, shard, err)
+		}
+		if l.After != "" && seqnum.Compare(l.To, l.After) <= 0 {
+			return Result{}, fmt.Errorf("checkpoint: %s %s: to %s is not past after %s", op, shard, l.To, l.After)
+		}
+		update = "SET #raw = :raw, #enc = :enc, #at = :at " + update
+		names["#raw"], names["#at"] = attrWatermark, attrWatermarkAt
+		values[":raw"] = &types.AttributeValueMemberS{Value: l.To}
+		values[":enc"] = &types.AttributeValueMemberS{Value: enc}
+		values[":at"] = &types.AttributeValueMemberS{Value: s.timestamp()}
+	}
+	token, err := newToken()
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
+	}
+	values[":tok"] = &types.AttributeValueMemberSS{Value: []string{token}}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 key(shard),
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	return s.confirm(ctx, op, shard, l, token, err)
 }
 
 // newToken returns a random identifier for one conditional write.

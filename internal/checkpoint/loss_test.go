@@ -4,15 +4,16 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/local/faultproxy"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 )
 
-// TestAdvanceWatermarkPastLoss: the count of a lost span is written with the watermark advance
-// that passes it, exactly once, whatever happens to the response.
-func TestAdvanceWatermarkPastLoss(t *testing.T) {
+// TestCountLoss: the count of a lost span is written with the watermark advance that passes it,
+// exactly once, whatever happens to the response.
+func TestCountLoss(t *testing.T) {
 	ctx := context.Background()
 	table := stacktest.CheckpointTable(t)
 	direct := checkpoint.New(stacktest.DynamoDB(t), table)
@@ -21,13 +22,14 @@ func TestAdvanceWatermarkPastLoss(t *testing.T) {
 		name         string
 		rules        []faultproxy.Rule
 		stored       string // watermark already stored before the call ("" none)
+		after        string // the watermark the span follows, as the caller read it (default stored)
 		wantAdvanced bool
 		wantLost     int64
 		wantErr      bool
 	}{
 		{name: "fresh item", wantAdvanced: true, wantLost: 1},
 		{name: "behind the offered value", stored: seq56a, wantAdvanced: true, wantLost: 1},
-		{name: "lost race: another writer passed it", stored: seq129, wantLost: 0},
+		{name: "lost race: another writer passed it", stored: seq56a, after: "-", wantLost: 0},
 		// Item 11 of issue 11: the update is applied, its response is lost, the SDK's retry
 		// fails the condition. The write is this caller's: Advanced, counted once.
 		{name: "response dropped once", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropAfterForward, Rate: 1, Count: 1}},
@@ -51,7 +53,11 @@ func TestAdvanceWatermarkPastLoss(t *testing.T) {
 				}
 			}
 			p.SetRules(tc.rules...)
-			res, err := store.AdvanceWatermarkPastLoss(ctx, shard, seq56b, 1)
+			after := tc.stored
+			if tc.after == "-" {
+				after = ""
+			}
+			res, err := store.CountLoss(ctx, shard, checkpoint.Loss{After: after, To: seq56b})
 			if (err != nil) != tc.wantErr || res.Advanced != tc.wantAdvanced {
 				t.Fatalf("res %+v err %v; want advanced %v, error %v", res, err, tc.wantAdvanced, tc.wantErr)
 			}
@@ -75,8 +81,9 @@ func TestAdvanceWatermarkPastLoss(t *testing.T) {
 	}
 }
 
-// TestAdvanceWatermarkPastLossRace: many writers pass the same span; exactly one counts it.
-func TestAdvanceWatermarkPastLossRace(t *testing.T) {
+// TestCountLossRace: many writers count the same span, after the same watermark, some passing it
+// to different records and some counting it in place; exactly one counts it.
+func TestCountLossRace(t *testing.T) {
 	requireAtomicItemWrites(t)
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
@@ -84,9 +91,10 @@ func TestAdvanceWatermarkPastLossRace(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	advanced := 0
-	for range 8 {
+	for i := range 9 {
+		to := []string{"", seq56a, seq56b}[i%3]
 		wg.Go(func() {
-			res, err := store.AdvanceWatermarkPastLoss(ctx, shard, seq56b, 1)
+			res, err := store.CountLoss(ctx, shard, checkpoint.Loss{To: to})
 			if err != nil {
 				t.Error(err)
 				return
@@ -105,5 +113,85 @@ func TestAdvanceWatermarkPastLossRace(t *testing.T) {
 	}
 	if advanced != 1 || st.LostToRetention != 1 {
 		t.Errorf("%d callers reported the advance, lostToRetention %d; want 1 and 1", advanced, st.LostToRetention)
+	}
+}
+
+// TestCountLossInPlaceThenPassed: a span counted in place (nothing held after it) is not counted
+// again, in place or by the advance that later passes it, and that advance is left to
+// AdvanceWatermark.
+func TestCountLossInPlaceThenPassed(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
+	shard := newShard(t)
+	if _, err := store.AdvanceWatermark(ctx, shard, seq56a); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		l    checkpoint.Loss
+		want bool
+	}{
+		{checkpoint.Loss{After: seq56a}, true},
+		{checkpoint.Loss{After: seq56a}, false},
+		{checkpoint.Loss{After: seq56a, To: seq56b}, false},
+	}
+	for i, st := range steps {
+		res, err := store.CountLoss(ctx, shard, st.l)
+		if err != nil || res.Advanced != st.want {
+			t.Fatalf("step %d %+v: %+v %v, want advanced %v", i, st.l, res, err, st.want)
+		}
+	}
+	got, err := store.Get(ctx, shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.LostToRetention != 1 || got.Watermark != seq56a {
+		t.Errorf("lostToRetention %d watermark %s; want 1 and %s (unmoved)", got.LostToRetention, got.Watermark, seq56a)
+	}
+	if _, err := store.CountLoss(ctx, shard, checkpoint.Loss{After: seq56b, To: seq56a}); err == nil {
+		t.Error("a move to or below the span's start was accepted")
+	}
+}
+
+// TestSetEmptyThrough: progress through empty pages is kept only for the stored watermark and
+// only forward.
+func TestSetEmptyThrough(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
+	shard := newShard(t)
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	steps := []struct {
+		name string
+		e    checkpoint.EmptyThrough
+		want bool
+	}{
+		{"no watermark yet", checkpoint.EmptyThrough{Through: t0}, true},
+		{"backwards", checkpoint.EmptyThrough{Through: t0.Add(-time.Second)}, false},
+		{"forward", checkpoint.EmptyThrough{Through: t0.Add(time.Minute)}, true},
+		{"after a watermark not stored", checkpoint.EmptyThrough{After: seq56a, Through: t0.Add(time.Hour)}, false},
+	}
+	for _, st := range steps {
+		ok, err := store.SetEmptyThrough(ctx, shard, st.e)
+		if err != nil || ok != st.want {
+			t.Fatalf("%s: %v %v, want %v", st.name, ok, err, st.want)
+		}
+	}
+	got, err := store.Get(ctx, shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := got.EmptyThroughFor(); !ok || !at.Equal(t0.Add(time.Minute)) {
+		t.Errorf("kept %v %v, want %v", at, ok, t0.Add(time.Minute))
+	}
+	if _, err := store.AdvanceWatermark(ctx, shard, seq56a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = store.Get(ctx, shard); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.EmptyThroughFor(); ok {
+		t.Error("progress kept for an earlier watermark still applies after the watermark moved")
+	}
+	if ok, err := store.SetEmptyThrough(ctx, shard, checkpoint.EmptyThrough{After: seq56a, Through: t0}); err != nil || !ok {
+		t.Errorf("new watermark, earlier time: %v %v, want written", ok, err)
 	}
 }

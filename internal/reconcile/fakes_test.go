@@ -165,8 +165,9 @@ type memCheckpoints struct {
 	closed []string
 	// advanceErr, when set, fails AdvanceWatermark.
 	advanceErr func(shard recordid.Shard, seq string) error
-	// lossErr, when set, fails AdvanceWatermarkPastLoss.
+	// lossErr, when set, fails CountLoss.
 	lossErr error
+	spans   map[string]bool // spans counted, by shard and the watermark they follow
 }
 
 var _ Checkpoints = (*memCheckpoints)(nil)
@@ -232,20 +233,28 @@ func (c *memCheckpoints) AdvanceWatermark(_ context.Context, shard recordid.Shar
 	return checkpoint.Result{Advanced: true}, nil
 }
 
-func (c *memCheckpoints) AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (checkpoint.Result, error) {
+// CountLoss has checkpoint.Store.CountLoss's conditions: the watermark still exactly l.After
+// and the span not counted yet.
+func (c *memCheckpoints) CountLoss(_ context.Context, shard recordid.Shard, l checkpoint.Loss) (checkpoint.Result, error) {
 	c.mu.Lock()
-	lossErr := c.lossErr
-	c.mu.Unlock()
-	if lossErr != nil {
-		return checkpoint.Result{}, lossErr
+	defer c.mu.Unlock()
+	if c.lossErr != nil {
+		return checkpoint.Result{}, c.lossErr
 	}
-	res, err := c.AdvanceWatermark(ctx, shard, seq)
-	if err == nil && res.Advanced {
-		c.mu.Lock()
-		c.get(shard).LostToRetention += lost
-		c.mu.Unlock()
+	st := c.get(shard)
+	if c.spans == nil {
+		c.spans = map[string]bool{}
 	}
-	return res, err
+	span := shard.ShardID + "|" + l.After
+	if st.Watermark != l.After || c.spans[span] {
+		return checkpoint.Result{Previous: st.Watermark}, nil
+	}
+	c.spans[span] = true
+	if l.To != "" {
+		st.Watermark = l.To
+	}
+	st.LostToRetention++
+	return checkpoint.Result{Advanced: true}, nil
 }
 
 func (c *memCheckpoints) AddCounters(_ context.Context, shard recordid.Shard, n checkpoint.Counters) error {
@@ -270,6 +279,17 @@ func (c *memCheckpoints) MarkClosed(_ context.Context, shard recordid.Shard, end
 	st.Closed, st.EndingSeq = true, endingSeq
 	c.closed = append(c.closed, shard.ShardID)
 	return nil
+}
+
+func (c *memCheckpoints) SetEmptyThrough(_ context.Context, shard recordid.Shard, e checkpoint.EmptyThrough) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.get(shard)
+	if st.Watermark != e.After || (st.Empty.After == e.After && !e.Through.After(st.Empty.Through)) {
+		return false, nil
+	}
+	st.Empty = e
+	return true, nil
 }
 
 func (c *memCheckpoints) SetLineage(_ context.Context, shard recordid.Shard, parents []string) error {

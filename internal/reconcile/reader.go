@@ -51,6 +51,11 @@ type shardReader struct {
 	nextAt   time.Time // earliest time of the next GetRecords call
 	ended    bool      // NextShardIterator was nil: the shard is closed and read to its end
 	calls    int       // GetRecords calls made
+	// emptyAt: when the last page was empty and reported how far behind current time it is
+	// (MillisBehindLatest > 0), the time of the portion of the shard it read (the call's start
+	// minus MillisBehindLatest, so at or before it): no record after the pages before it arrived
+	// earlier. Zero after a page with records, or an empty page at the tip (0).
+	emptyAt time.Time
 }
 
 // open positions the reader: typ AT_SEQUENCE_NUMBER or AFTER_SEQUENCE_NUMBER seq, or
@@ -136,5 +141,13 @@ func (r *shardReader) next(ctx context.Context) (recs []types.Record, caughtUp b
 		r.ended = true
 	}
 	behind := aws.ToInt64(out.MillisBehindLatest)
+	switch {
+	case len(out.Records) > 0:
+		r.emptyAt = time.Time{}
+	case behind > 0:
+		if at := start.Add(-time.Duration(behind) * time.Millisecond); at.After(r.emptyAt) {
+			r.emptyAt = at
+		}
+	}
 	return out.Records, len(out.Records) == 0 && (r.ended || (!r.closed && behind == 0)), nil
 }

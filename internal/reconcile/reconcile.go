@@ -45,11 +45,12 @@ const Source = pipeline.SourceReconciler
 type Checkpoints interface {
 	List(ctx context.Context, group, stream string) ([]checkpoint.State, error)
 	AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (checkpoint.Result, error)
-	AdvanceWatermarkPastLoss(ctx context.Context, shard recordid.Shard, seq string, lost int64) (checkpoint.Result, error)
+	CountLoss(ctx context.Context, shard recordid.Shard, l checkpoint.Loss) (checkpoint.Result, error)
 	AddCounters(ctx context.Context, shard recordid.Shard, c checkpoint.Counters) error
 	MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error
 	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
 	SetScopeFrom(ctx context.Context, shard recordid.Shard, at time.Time) error
+	SetEmptyThrough(ctx context.Context, shard recordid.Shard, e checkpoint.EmptyThrough) (bool, error)
 }
 
 var _ Checkpoints = (*checkpoint.Store)(nil)
@@ -571,9 +572,11 @@ func topoOrder(sorted []shardInfo) []shardInfo {
 }
 
 // lostSpan is a span of a shard that expired before it was verified: from (exclusive, the old
-// watermark) to the first record still held (exclusive; "" while unknown).
+// watermark) to the first record still held (exclusive; "" while unknown). after is the stored
+// verified watermark the span follows ("" when none): its identity (checkpoint.Loss).
 type lostSpan struct {
 	from, to  string
+	after     string
 	toArrival time.Time
 }
 
@@ -619,6 +622,15 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	defer r.addCounters(ctx, shard, &counters)
 
 	start := st.Watermark
+	// Progress an earlier pass made through empty pages after this watermark (see keepEmpty).
+	stored, resume := st.EmptyThroughFor()
+	var resumeAt *string
+	var resumeErr error
+	if resume = resume && (from.at.IsZero() || stored.Add(-emptyMargin).After(from.at)); resume {
+		// Asked before the position the walk would start from, which then proves nothing expired
+		// after the watermark: a later trim horizon cannot have passed the resume point unseen.
+		resumeAt, resumeErr = rd.iteratorAt(ctx, stored.Add(-emptyMargin))
+	}
 	var lost *lostSpan
 	var err error
 	if start == "" && from != (startFrom{}) {
@@ -631,10 +643,24 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	if err != nil {
 		if ctx.Err() != nil {
 			rep.Deferred = true
+			if resume {
+				rep.OldestUnverified = stored
+			}
 			return rep, nil
 		}
 		return rep, err
 	}
+	if resume && resumeErr != nil && ctx.Err() == nil {
+		r.log.WarnContext(ctx, "resuming after the kept empty pages failed; reading them again from the watermark", "group", r.cfg.Group, "shard_id", sh.id, "error", resumeErr)
+	}
+	if resume && lost == nil && resumeErr == nil {
+		r.log.InfoContext(ctx, "resuming after the empty pages an earlier pass read past the watermark",
+			"group", r.cfg.Group, "shard_id", sh.id, "watermark", start, "empty_through", stored.UTC().Format(time.RFC3339Nano))
+		rd.iterator, rd.ended = resumeAt, resumeAt == nil
+	}
+	// emptyBase is the watermark every page read since it held no record after (valid while
+	// emptyOK): the base of the progress kept through empty pages.
+	emptyBase, emptyOK := start, true
 	if lost != nil && start != "" && upper != "" && seqnum.Compare(start, upper) >= 0 {
 		// Only a look for a tail (the watermark is at or past the checkpoint): on an idle shard
 		// Kinesis may refuse a watermark whose own record expired although nothing after it
@@ -647,18 +673,25 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	now := r.now()
 	b := bounds{upper: upper, open: !closed, settled: now.Add(-r.cfg.SettleAfter), tail: now.Add(-TailAfter(r.cfg.MaxRecordAge, r.cfg.SettleAfter))}
 	var lastVerifiedArrival time.Time
+	deferred := func() (ShardReport, error) {
+		rep.Deferred = true
+		rep.OldestUnverified = lastVerifiedArrival // the next record arrived at or after it
+		if emptyOK && lost == nil {
+			r.keepEmpty(ctx, shard, &rep, emptyBase, rd.emptyAt)
+			if resume && emptyBase == start && stored.After(rep.OldestUnverified) {
+				rep.OldestUnverified = stored
+			}
+		}
+		return rep, nil
+	}
 	for {
 		if ctx.Err() != nil {
-			rep.Deferred = true
-			rep.OldestUnverified = lastVerifiedArrival // the next record arrived at or after it
-			return rep, nil
+			return deferred()
 		}
 		recs, caughtUp, err := rd.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				rep.Deferred = true
-				rep.OldestUnverified = lastVerifiedArrival
-				return rep, nil
+				return deferred()
 			}
 			return rep, err
 		}
@@ -674,7 +707,7 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 					// The advance that passes the span carries its count (one conditional write).
 					// If it failed, no later advance of this run may pass the span uncounted.
 					if !r.advancePastLoss(ctx, shard, verifiedTo, &rep, *lost) {
-						return rep, err
+						return rep, errors.Join(err, fmt.Errorf("reconcile: count expired span of %s after %s: %w", sh.id, lost.from, errLossNotDurable))
 					}
 					lost = nil
 				} else {
@@ -692,14 +725,20 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			}
 			r.report(sh.id, page, &rep)
 		}
+		if len(recs) > 0 {
+			// Progress through empty pages counts from the last record, once the watermark is on it.
+			emptyBase, emptyOK = rep.Watermark, rep.Watermark == aws.ToString(recs[len(recs)-1].SequenceNumber)
+		}
 		switch {
 		case stop == beyondBound:
 			// Everything up to the checkpoint is accounted for. A span lost after the old
 			// watermark with nothing held up to the checkpoint is all of (watermark, checkpoint].
-			rep.Complete = true
 			if lost != nil {
-				r.settleLost(ctx, shard, &rep, lost, upper)
+				if err := r.settleLost(ctx, shard, &rep, lost, upper); err != nil {
+					return rep, err
+				}
 			}
+			rep.Complete = true
 			return rep, nil
 		case stop == unsettled:
 			if lost != nil {
@@ -713,7 +752,10 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			// records (kinesis-local reports a smaller placeholder; the conditional advance then
 			// leaves the watermark where it is).
 			if lost != nil {
-				r.settleLost(ctx, shard, &rep, lost, sh.endingSeq)
+				// The shard is marked closed (never read again) only once its loss is counted.
+				if err := r.settleLost(ctx, shard, &rep, lost, sh.endingSeq); err != nil {
+					return rep, err
+				}
 			} else {
 				r.advance(ctx, shard, sh.endingSeq, &rep)
 			}
@@ -723,12 +765,41 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			rep.Complete, rep.End = true, true
 			return rep, nil
 		case !closed && (caughtUp || rd.ended): // ended: closed since ListShards; the next run sees it closed
-			rep.Complete = true
 			if lost != nil && upper != "" {
-				r.settleLost(ctx, shard, &rep, lost, upper)
+				if err := r.settleLost(ctx, shard, &rep, lost, upper); err != nil {
+					return rep, err
+				}
 			}
+			rep.Complete = true
 			return rep, nil
 		}
+	}
+}
+
+// emptyMargin is how far before the kept position a pass resumes through empty pages: it
+// covers a difference between the reconciler's clock and Kinesis's, from which
+// MillisBehindLatest and the arrival timestamps AT_TIMESTAMP compares come, and arrival
+// timestamps slightly out of order ("There are no guarantees about the timestamp accuracy, or
+// that the timestamp is always increasing": Kinesis API reference, Record).
+const emptyMargin = time.Second
+
+// keepEmpty records, when a walk is cut short by its budget in a run of empty pages after the
+// watermark base, the position it reached (at, from MillisBehindLatest: shardReader.emptyAt), so
+// that the next pass resumes there (AT_TIMESTAMP, emptyMargin before it) instead of reading the
+// stretch again from the watermark: GetRecords may take many calls to cross a portion of a shard
+// without records, more than one pass's share of the shard, and a stretch read again from its
+// start every pass is never crossed. The position is kept on the checkpoint item only while the
+// watermark is still base (checkpoint.Store.SetEmptyThrough) and reported as the shard's oldest
+// possibly unverified arrival (its verified lag). A failed write loses only progress.
+func (r *Reconciler) keepEmpty(ctx context.Context, shard recordid.Shard, rep *ShardReport, base string, at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	if at.After(rep.OldestUnverified) {
+		rep.OldestUnverified = at // no record after base arrived before at
+	}
+	if _, err := r.cps.SetEmptyThrough(context.WithoutCancel(ctx), shard, checkpoint.EmptyThrough{After: base, Through: at}); err != nil {
+		r.log.WarnContext(ctx, "keeping the progress through empty pages failed; the next pass reads them again", "group", shard.Group, "shard_id", shard.ShardID, "error", err)
 	}
 }
 
@@ -747,7 +818,7 @@ func (r *Reconciler) open(ctx context.Context, rd *shardReader, watermark, start
 	err := rd.open(ctx, typ, pos)
 	switch {
 	case errors.Is(err, errTrimmed):
-		return &lostSpan{from: pos}, rd.open(ctx, "", "")
+		return &lostSpan{from: pos, after: watermark}, rd.open(ctx, "", "")
 	case errors.Is(err, errNoRecord):
 		return nil, rd.open(ctx, "", "")
 	}
@@ -825,43 +896,72 @@ func (r *Reconciler) replayCut(ctx context.Context, shard recordid.Shard, page [
 
 // settleLost reports a lost span none of whose successors up to bound is held: every record
 // of the shard up to bound expired unseen, so the watermark moves to bound and the span is
-// counted with that move, once (only the reconciler whose advance wins counts it).
-func (r *Reconciler) settleLost(ctx context.Context, shard recordid.Shard, rep *ShardReport, lost *lostSpan, bound string) {
+// counted with that move, once (only the reconciler whose advance wins counts it). A non-nil
+// error means the count is not known to be durable: the caller must not mark the shard closed
+// or complete, and the pass ends in error, so that the next pass finds the span again.
+func (r *Reconciler) settleLost(ctx context.Context, shard recordid.Shard, rep *ShardReport, lost *lostSpan, bound string) error {
 	if rep.Watermark != "" && seqnum.Compare(bound, rep.Watermark) <= 0 {
 		// Nothing to advance (a closed shard whose ending sequence number, as kinesis-local
 		// reports it, is below its records; it is marked closed next): the count is written on
 		// its own, at once.
-		if err := r.cps.AddCounters(context.WithoutCancel(ctx), shard, checkpoint.Counters{LostToRetention: 1}); err != nil {
-			r.log.WarnContext(ctx, "counting an expired span failed; it is counted again next run", "group", shard.Group, "shard_id", shard.ShardID, "error", err)
-			return
-		}
-		r.lost(ctx, rep, *lost)
-		return
+		return r.countLoss(ctx, shard, rep, *lost)
 	}
-	_ = r.advancePastLoss(ctx, shard, bound, rep, *lost) // the walk ends here either way
+	if !r.advancePastLoss(ctx, shard, bound, rep, *lost) {
+		return fmt.Errorf("reconcile: count expired span of %s after %s: %w", shard.ShardID, lost.from, errLossNotDurable)
+	}
+	return nil
+}
+
+// errLossNotDurable: the write counting a lost span failed or could not be confirmed.
+var errLossNotDurable = errors.New("the write counting the span is not confirmed")
+
+// countLoss counts a lost span with no watermark move (checkpoint.Store.CountLoss: a retried or
+// unanswered write is confirmed by reading the item back, never counted twice) and reports it
+// when this call's write is on the item. A non-nil error means the count is not durable.
+func (r *Reconciler) countLoss(ctx context.Context, shard recordid.Shard, rep *ShardReport, s lostSpan) error {
+	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard, checkpoint.Loss{After: s.after})
+	if err != nil {
+		r.log.ErrorContext(ctx, "counting an expired span failed; the shard is not final until a later pass counts it", "group", shard.Group, "shard_id", shard.ShardID,
+			"lost_after_sequence_number", s.from, "error", err)
+		return fmt.Errorf("reconcile: count expired span of %s after %s: %w: %w", shard.ShardID, s.from, errLossNotDurable, err)
+	}
+	if res.Advanced {
+		r.lost(ctx, rep, s)
+	} else {
+		r.alreadyCounted(ctx, shard, s)
+	}
+	return nil
+}
+
+func (r *Reconciler) alreadyCounted(ctx context.Context, shard recordid.Shard, s lostSpan) {
+	r.log.InfoContext(ctx, "an expired span is already counted (or passed) by another reconciler: not counted again",
+		"group", shard.Group, "shard_id", shard.ShardID, "lost_after_sequence_number", s.after)
 }
 
 // advancePastLoss moves the watermark to seq past a lost span and counts the span in the same
-// conditional write (checkpoint.Store.AdvanceWatermarkPastLoss), reporting it only when this
-// call's write happened (a retried write whose first attempt landed included).
-// It returns false when the write failed: the caller then stops, so that no later advance
-// passes the span without its count.
+// conditional write (checkpoint.Store.CountLoss: only while the watermark is still the one the
+// span follows and the span is not counted yet), reporting it only when this call's write
+// happened (a retried write whose first attempt landed included). When another reconciler
+// counted the span first (or moved the watermark past it), the span is not counted again and
+// the watermark is advanced to seq plainly. It returns false when the write failed: the caller
+// then stops, so that no later advance passes the span without its count.
 func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, seq string, rep *ShardReport, s lostSpan) bool {
-	res, err := r.cps.AdvanceWatermarkPastLoss(ctx, shard, seq, 1)
+	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard, checkpoint.Loss{After: s.after, To: seq})
 	if err != nil {
 		// Not applied, or applied without an answer the store could confirm: the next run
 		// finds out (it reads after the stored watermark and counts the span only if its own
 		// advance passes it).
-		r.log.WarnContext(ctx, "advancing the verified watermark past an expired span failed; it is retried next run",
+		r.log.ErrorContext(ctx, "advancing the verified watermark past an expired span failed; it is retried next run",
 			"group", shard.Group, "shard_id", shard.ShardID, "sequence_number", seq, "error", err)
 		return false
 	}
-	if res.Advanced || rep.Watermark == "" || seqnum.Compare(seq, rep.Watermark) > 0 {
-		rep.Watermark = seq
-	}
 	if res.Advanced {
+		rep.Watermark = seq
 		r.lost(ctx, rep, s)
-	} // else another reconciler moved the watermark past the span first and counted it
+		return true
+	}
+	r.alreadyCounted(ctx, shard, s)
+	r.advance(ctx, shard, seq, rep) // everything from the span's end to seq is accounted for
 	return true
 }
 

@@ -37,13 +37,13 @@ var ErrInvalidRange = errors.New("reconcile: invalid replay range")
 // range the position after the watermark is asked instead; and a refusal while a record at or
 // before the refused position is still held proves nothing (trimming goes in sequence order). A proven span (from the watermark to
 // the first record still held) is counted exactly as the scheduled pass counts it, with the
-// conditional watermark advance that passes it (checkpoint.Store.AdvanceWatermarkPastLoss):
+// conditional watermark advance that passes it (checkpoint.Store.CountLoss):
 // to the last record of the first replayed page, or to `to` when every record of the range
 // expired and a later one is held. Whoever passes the span first (this replay, a redelivered
 // message, the scheduled pass) counts it; nobody counts it twice. Only when nothing at all is
 // held after the range's start is the span counted at once without a watermark move (to is no
-// proof that no record below it will still be written); the scheduled pass may then count it
-// again. Any other refusal of from (kinesis-local refuses every number that is not a record)
+// proof that no record below it will still be written); the scheduled pass then finds the span
+// after the same watermark already counted. Any other refusal of from (kinesis-local refuses every number that is not a record)
 // proves nothing: the range is read from the trim horizon.
 func (r *Reconciler) ReplayRange(ctx context.Context, shardID, from, to string) (rep RangeReport, _ error) {
 	rep = RangeReport{ShardReport: ShardReport{ShardID: shardID}}
@@ -190,13 +190,13 @@ func (r *Reconciler) rangeLoss(ctx context.Context, rd *shardReader, shardID, fr
 		err := rd.open(ctx, types.ShardIteratorTypeAfterSequenceNumber, wm)
 		switch {
 		case errors.Is(err, errTrimmed):
-			return &lostSpan{from: wm}, rd.open(ctx, "", "")
+			return &lostSpan{from: wm, after: wm}, rd.open(ctx, "", "")
 		case errors.Is(err, errNoRecord):
 			return nil, rd.open(ctx, "", "")
 		}
 		return nil, err // positioned after the watermark: nothing after it expired
 	}
-	return &lostSpan{from: from}, rd.open(ctx, "", "")
+	return &lostSpan{from: from, after: wm}, rd.open(ctx, "", "")
 }
 
 // watermark reads the shard's verified watermark ("" when none).
@@ -227,9 +227,5 @@ func (r *Reconciler) reportRangeLoss(ctx context.Context, rep *RangeReport, lost
 			return nil
 		}
 	}
-	if err := r.cps.AddCounters(ctx, r.shard(rep.ShardID), checkpoint.Counters{LostToRetention: 1}); err != nil {
-		return fmt.Errorf("reconcile: count expired span of %s: %w", rep.ShardID, err)
-	}
-	r.lost(ctx, &rep.ShardReport, *lost)
-	return nil
+	return r.countLoss(ctx, r.shard(rep.ShardID), &rep.ShardReport, *lost)
 }

@@ -163,13 +163,22 @@ func (r *Reconciler) openFrom(ctx context.Context, rd *shardReader, from startFr
 
 // openAt positions the reader AT_TIMESTAMP t: at the first record that arrived at or after t.
 func (r *shardReader) openAt(ctx context.Context, t time.Time) error {
+	it, err := r.iteratorAt(ctx, t)
+	if err != nil {
+		return err
+	}
+	r.iterator = it
+	r.ended = r.iterator == nil
+	return nil
+}
+
+// iteratorAt returns an iterator AT_TIMESTAMP t without moving the reader.
+func (r *shardReader) iteratorAt(ctx context.Context, t time.Time) (*string, error) {
 	in := &kinesis.GetShardIteratorInput{ShardId: aws.String(r.shardID), ShardIteratorType: types.ShardIteratorTypeAtTimestamp, Timestamp: aws.Time(t)}
 	in.StreamName, in.StreamARN = streamRef(r.stream, r.streamARN)
 	out, err := r.kin.GetShardIterator(ctx, in)
 	if err != nil {
-		return fmt.Errorf("reconcile: GetShardIterator %s AT_TIMESTAMP %s: %w", r.shardID, t.UTC().Format(time.RFC3339Nano), err)
+		return nil, fmt.Errorf("reconcile: GetShardIterator %s AT_TIMESTAMP %s: %w", r.shardID, t.UTC().Format(time.RFC3339Nano), err)
 	}
-	r.iterator = out.ShardIterator
-	r.ended = r.iterator == nil
-	return nil
+	return out.ShardIterator, nil
 }

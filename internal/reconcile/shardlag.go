@@ -26,12 +26,14 @@ type shardLag struct {
 }
 
 // shardLags lists the verified lag of every shard the run looked at: now minus the arrival of
-// its oldest record known not to be verified, 0 when none is known. A deferred shard was not
-// looked at and has no figure.
+// its oldest record known not to be verified, 0 when none is known. A deferred shard reports its
+// lag when the walk that ran out of budget knows where it stopped (the arrival after the last
+// record it verified, or the position it reached through empty pages); one not walked at all
+// has no figure.
 func shardLags(rep Report, now time.Time) []shardLag {
 	var out []shardLag
 	for _, s := range rep.Shards {
-		if s.Deferred {
+		if s.Deferred && s.OldestUnverified.IsZero() {
 			continue
 		}
 		var lag time.Duration

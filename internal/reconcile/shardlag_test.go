@@ -12,17 +12,19 @@ import (
 )
 
 // TestShardLags: a shard with an unverified record reports its age, a caught-up shard 0, a
-// deferred shard (not looked at) nothing.
+// deferred shard not looked at nothing, a deferred shard whose walk knows where it stopped its
+// age from there.
 func TestShardLags(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	rep := Report{Shards: []ShardReport{
 		{ShardID: "shardId-000000000000", OldestUnverified: now.Add(-90 * time.Second)},
 		{ShardID: "shardId-000000000001"},
 		{ShardID: "shardId-000000000002", Deferred: true},
+		{ShardID: "shardId-000000000003", Deferred: true, OldestUnverified: now.Add(-time.Hour)},
 	}}
 	got := shardLags(rep, now)
-	want := []shardLag{{"shardId-000000000000", 90 * time.Second}, {"shardId-000000000001", 0}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	want := []shardLag{{"shardId-000000000000", 90 * time.Second}, {"shardId-000000000001", 0}, {"shardId-000000000003", time.Hour}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("shardLags %v, want %v", got, want)
 	}
 }
