@@ -2,15 +2,15 @@ package esm
 
 import (
 	"bytes"
-	"crypto/md5"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gapless-dev/gapless/internal/lanes"
 )
 
 // record is one Kinesis record as the mapping holds it: the event record Lambda would send and
@@ -128,17 +128,10 @@ func cut(queue []*record, batchSize, maxBytes int) (n int, full bool) {
 	return len(queue), len(queue) == batchSize
 }
 
-// LaneOf maps a partition key to one of n lanes: the key's MD5 as a 128-bit unsigned integer
-// (as Kinesis hashes keys to shards), modulo n. Records of one key always share a lane, so
-// per-key order is kept with ParallelizationFactor > 1.
-func LaneOf(key string, n int) int {
-	if n <= 1 {
-		return 0
-	}
-	sum := md5.Sum([]byte(key))
-	h := new(big.Int).SetBytes(sum[:])
-	return int(h.Mod(h, big.NewInt(int64(n))).Int64())
-}
+// LaneOf maps a partition key to one of n lanes: the mapping's rule, lanes.Of (one definition,
+// shared with the reconciler). Records of one key always share a lane, so per-key order is kept
+// with ParallelizationFactor > 1.
+func LaneOf(key string, n int) int { return lanes.Of(key, n) }
 
 // ErrBadResponse marks a function response that Lambda treats as a complete batch failure.
 var ErrBadResponse = errors.New("esm: batch item failure response is a complete failure")
