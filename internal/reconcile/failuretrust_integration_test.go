@@ -127,7 +127,7 @@ func TestFailureRangeBounds(t *testing.T) {
 	t.Run("far past the checkpoint", func(t *testing.T) {
 		s := newStack(t, 1)
 		all, _ := gapped(t, s, 10, func(int) bool { return true }) // the checkpoint at record 9
-		more := s.putN(40, "young", keyMod(1), nil)                 // one key: one lane; the mapping still holds them
+		more := s.putN(40, "young", keyMod(1), nil)                // one key: one lane; the mapping still holds them
 		rec := newRecorder()
 		var m emf
 		h := NewHandler(s.reconciler(s.pipeline(rec.process, 3), Config{PageLimit: 8}), m.emitter(), discard())
