@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/gapless-dev/gapless/internal/lanes"
 	"github.com/gapless-dev/gapless/internal/onfailure"
 )
 
@@ -178,4 +179,28 @@ func TestFailureRangeBounds(t *testing.T) {
 		}
 		checkOnce(t, "range in scope", rec.counts(), idsOf(after))
 	})
+}
+
+// TestFailureRangeLane: with ParallelizationFactor 3 a range replays only the records of its
+// batch's lane (the lane of its first record's partition key, lanes.Of); the other lanes'
+// records in it are left to their lanes.
+func TestFailureRangeLane(t *testing.T) {
+	s := newStack(t, 1)
+	all, _ := gapped(t, s, 30, func(i int) bool { return i < 10 || i >= 20 })
+	rec := newRecorder()
+	h := NewHandler(s.reconciler(s.pipeline(rec.process, 3), Config{PageLimit: 4}), nil, discard(), WithLanes(3))
+	resp := h.HandleSQS(context.Background(), sqsEvent(message(t, s.streamARN(), ownFunction, all[10], all[19], 10)))
+	if len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	var lane []put
+	for _, p := range all[10:20] {
+		if lanes.Of(p.key, 3) == lanes.Of(all[10].key, 3) {
+			lane = append(lane, p)
+		}
+	}
+	if len(lane) == 10 || len(lane) == 0 {
+		t.Fatalf("%d of 10 records in the first record's lane: the test proves nothing", len(lane))
+	}
+	checkOnce(t, "the batch's lane", rec.counts(), idsOf(lane))
 }
