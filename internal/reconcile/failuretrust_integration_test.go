@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +151,21 @@ func TestFailureRangeBounds(t *testing.T) {
 		}
 		checkOnce(t, "range after the checkpoint", rec.counts(), idsOf(more[:10]))
 		_ = all
+	})
+	t.Run("past the checkpoint after records the filter drops", func(t *testing.T) {
+		// The mapping never sends records its FilterCriteria drops, so no consumer batch moves the
+		// checkpoint mirror past them: they do not make the range after them a discontinuity.
+		s := newStack(t, 1)
+		gapped(t, s, 10, func(int) bool { return true })
+		s.putN(6, "dropped", keyMod(1), func(i int) []byte { return []byte(fmt.Sprintf(`{"n":%d}`, 100+i)) })
+		kept := s.putN(4, "kept", keyMod(1), nil) // n 0..3: the filter keeps them
+		rec := newRecorder()
+		h := NewHandler(s.reconciler(s.pipeline(rec.process, 3), Config{PageLimit: 8, Filter: keepBelow4}), nil, discard())
+		resp := h.HandleSQS(ctx, sqsEvent(message(t, s.streamARN(), ownFunction, kept[0], kept[3], 4)))
+		if len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("failures %v, want the range replayed", resp.BatchItemFailures)
+		}
+		checkOnce(t, "range after filtered records", rec.counts(), idsOf(kept))
 	})
 	t.Run("before the LATEST scope start", func(t *testing.T) {
 		s := newStack(t, 1)

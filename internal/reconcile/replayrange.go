@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/lanes"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -327,6 +328,8 @@ type givenUpBounds struct {
 	tail       time.Time // records that arrived before it are a due tail
 	lane       int       // the batch's lane; -1: every lane
 	lanes      int
+	filter     *filter.Filter
+	shardID    string
 	young      int // records of the range past the checkpoint younger than tail, so far
 }
 
@@ -342,7 +345,7 @@ func (r *Reconciler) givenUpBounds(ctx context.Context, info shardInfo, from, to
 		byShard[st.Shard.ShardID] = st
 	}
 	st := byShard[info.id]
-	b = &givenUpBounds{watermark: st.Watermark, checkpoint: st.Checkpoint, lane: -1, lanes: lanesN,
+	b = &givenUpBounds{watermark: st.Watermark, checkpoint: st.Checkpoint, lane: -1, lanes: lanesN, filter: r.cfg.Filter, shardID: info.id,
 		tail: r.now().Add(-TailAfter(r.cfg.MaxRecordAge, r.cfg.SettleAfter))}
 	if b.watermark != "" && seqnum.Compare(b.watermark, to) >= 0 {
 		r.log.InfoContext(ctx, "failure-queue range at or below the verified watermark: accounted for",
@@ -410,6 +413,8 @@ func (b *givenUpBounds) keep(page []types.Record, from string) ([]types.Record, 
 		pastCheckpoint := b.checkpoint == "" || seqnum.Compare(seq, b.checkpoint) > 0
 		young := arrival.After(b.tail)
 		switch {
+		case !inRange && young && b.filtered(rec):
+			continue // the mapping never sends it: no batch of the consumer moves the checkpoint past it
 		case !inRange && young:
 			return nil, "the range starts past the checkpoint mirror, after records of its lane younger than the tail bound: the mapping still holds those, so it cannot have given this range up"
 		case inRange && pastCheckpoint && young:
@@ -420,4 +425,10 @@ func (b *givenUpBounds) keep(page []types.Record, from string) ([]types.Record, 
 		kept = append(kept, rec)
 	}
 	return kept, ""
+}
+
+// filtered reports whether the record filter drops every user record of rec.
+func (b *givenUpBounds) filtered(rec types.Record) bool {
+	kept, _ := keepRecords(b.filter, UserRecords(b.shardID, []types.Record{rec}))
+	return len(kept) == 0
 }
