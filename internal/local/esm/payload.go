@@ -9,8 +9,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
-
-	"github.com/gapless-dev/gapless/internal/lanes"
 )
 
 // record is one Kinesis record as the mapping holds it: the event record Lambda would send and
@@ -127,11 +125,6 @@ func cut(queue []*record, batchSize, maxBytes int) (n int, full bool) {
 	}
 	return len(queue), len(queue) == batchSize
 }
-
-// LaneOf maps a partition key to one of n lanes: the mapping's rule, lanes.Of (one definition,
-// shared with the reconciler). Records of one key always share a lane, so per-key order is kept
-// with ParallelizationFactor > 1.
-func LaneOf(key string, n int) int { return lanes.Of(key, n) }
 
 // ErrBadResponse marks a function response that Lambda treats as a complete batch failure.
 var ErrBadResponse = errors.New("esm: batch item failure response is a complete failure")
