@@ -69,6 +69,7 @@
 //	STARTING_POSITION           reconciler, default TRIM_HORIZON: the mapping's StartingPosition (LATEST: records before the group's start are out of scope)
 //	CONSUMER_FUNCTION_ARN       reconciler, default any: the mapping's function; failure-queue messages of another are refused
 //	PARALLELIZATION_FACTOR      reconciler, default 1: the mapping's ParallelizationFactor; a failure-queue range replays its batch's lane
+//	FAILURE_BUCKET              reconciler, optional: the mapping's S3 on-failure destination, the only bucket whose objects the failure queue's notifications may name
 //	RECORD_FILTER               default none: the mapping's FilterCriteria pattern; records it drops are never processed, and not gaps
 //	ON_PARK                     default continue: hold-key parks every later record of a parked record's key behind it, in order
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gapless-dev/gapless/internal/config"
 	"github.com/gapless-dev/gapless/internal/reconcile"
+	"github.com/gapless-dev/gapless/internal/wire"
 )
 
 // Reconciler is the function that proves nothing behind the checkpoint was skipped: an
@@ -56,8 +57,12 @@ func NewReconciler(ctx context.Context, p ProcessFunc, opts ...Option) (*Reconci
 	}
 	// The failure queue's untried messages go back to it (the record's eventSourceARN names it);
 	// only the mapping's own messages are believed, and a range replays only its batch's lane.
-	return &Reconciler{h: reconcile.NewHandler(r, parts.Metrics, parts.Logger, reconcile.WithRelease(sqs.NewFromConfig(parts.AWS)),
-		reconcile.WithConsumerFunction(cfg.ConsumerFunction), reconcile.WithLanes(cfg.ParallelizationFactor))}, nil
+	hopts := []reconcile.HandlerOption{reconcile.WithRelease(sqs.NewFromConfig(parts.AWS)),
+		reconcile.WithConsumerFunction(cfg.ConsumerFunction), reconcile.WithLanes(cfg.ParallelizationFactor)}
+	if cfg.FailureBucket != "" { // the mapping's S3 on-failure destination: its objects' notifications come on the failure queue
+		hopts = append(hopts, reconcile.WithFailureBucket(wire.NewS3(parts.AWS, o.getenv), cfg.FailureBucket))
+	}
+	return &Reconciler{h: reconcile.NewHandler(r, parts.Metrics, parts.Logger, hopts...)}, nil
 }
 
 // Handle is what StartReconciler registers. An SQS event (the on-failure queue) is answered

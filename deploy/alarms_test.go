@@ -28,6 +28,13 @@ var awsMetrics = map[string]map[string]string{
 		"Throttles":                   "monitoring-metrics-types",
 		"DestinationDeliveryFailures": "monitoring-metrics-types",
 		"IteratorAge":                 "monitoring-metrics-types",
+		// Event source mapping metrics (same page, with MetricsConfig EventCount on the mapping;
+		// dimension EventSourceMappingUUID, "Viewing metrics for Lambda functions").
+		"PolledEventCount":                        "monitoring-metrics-types",
+		"FilteredOutEventCount":                   "monitoring-metrics-types",
+		"FailedInvokeEventCount":                  "monitoring-metrics-types",
+		"DroppedEventCount":                       "monitoring-metrics-types",
+		"OnFailureDestinationDeliveredEventCount": "monitoring-metrics-types",
 	},
 	// Amazon SQS developer guide, "Available CloudWatch metrics for Amazon SQS".
 	"AWS/SQS": {
@@ -169,6 +176,9 @@ func TestAlarmsForSilentFailures(t *testing.T) {
 	for id, w := range map[string]want{
 		// The mapping could not deliver on-failure metadata.
 		"DestinationDeliveryFailuresAlarm": {"AWS/Lambda", "DestinationDeliveryFailures", "ConsumerFunction", "notBreaching"},
+		// Lambda's own count of records the mapping dropped, per mapping (SAM's generated
+		// mapping of ConsumerFunction's event Stream).
+		"MappingDroppedEventsAlarm": {"AWS/Lambda", "DroppedEventCount", "ConsumerFunctionStream", "notBreaching"},
 		// A ledger failure is a partial batch response, not a Lambda error.
 		"LedgerWriteFailuresAlarm": {metrics.Namespace, "LedgerWriteFailures", "GroupName", "notBreaching"},
 		"RecordsFailedAlarm":       {metrics.Namespace, "RecordsFailed", "GroupName", "notBreaching"},

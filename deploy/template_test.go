@@ -194,6 +194,9 @@ var (
 			// failure-queue messages of another function are refused; ranges replay one lane
 			config.EnvConsumerFunction:      {"ConsumerFunction.Arn"},
 			config.EnvParallelizationFactor: {"ParallelizationFactor"},
+			// the S3 on-failure destination, the only bucket the reconciler reads objects
+			// from ("" with the SQS destination)
+			config.EnvFailureBucket: {"=", "FailureBucket"},
 		}),
 	}
 )
@@ -393,8 +396,8 @@ func TestTablesMatchSchema(t *testing.T) {
 // 1 MiB queues the code's inline limits assume.
 func TestPayloadBucket(t *testing.T) {
 	c := loadTemplate(t)
-	if ids := c.resourcesOfType("AWS::S3::Bucket"); !slices.Equal(ids, []string{"PayloadBucket"}) {
-		t.Fatalf("buckets %v, want PayloadBucket", ids)
+	if ids := c.resourcesOfType("AWS::S3::Bucket"); !slices.Equal(ids, []string{"FailureBucket", "PayloadBucket"}) {
+		t.Fatalf("buckets %v, want FailureBucket and PayloadBucket", ids)
 	}
 	b := c.resource("PayloadBucket")
 	for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
@@ -533,8 +536,12 @@ func TestConsumerMapping(t *testing.T) {
 	if !slices.Contains(stringList(get(ev, "FunctionResponseTypes")), "ReportBatchItemFailures") {
 		t.Errorf("Kinesis event lacks FunctionResponseTypes ReportBatchItemFailures")
 	}
-	if got := getAtt(get(ev, "DestinationConfig", "OnFailure", "Destination")); got != "FailureQueue.Arn" {
-		t.Errorf("OnFailure destination %q, want FailureQueue.Arn", got)
+	if got := targets(get(ev, "DestinationConfig", "OnFailure", "Destination")); !slices.Equal(got, []string{"FailureBucket.Arn", "FailureQueue.Arn"}) {
+		t.Errorf("OnFailure destination %v, want FailureBucket.Arn or FailureQueue.Arn (OnFailureDestination)", got)
+	}
+	// Lambda emits the mapping's own counts (DroppedEventCount, …) only with EventCount on.
+	if !slices.Contains(stringList(get(ev, "MetricsConfig", "Metrics")), "EventCount") {
+		t.Errorf("Kinesis event lacks MetricsConfig Metrics [EventCount]")
 	}
 }
 
@@ -644,8 +651,13 @@ func wantGrants() map[string]grants {
 	// Enhanced fan-out: the mapping subscribes through the registered consumer with the
 	// consumer's role.
 	consumer.add([]string{"kinesis:SubscribeToShard", "kinesis:DescribeStreamConsumer"}, "StreamConsumer.ConsumerARN")
-	// The mapping sends on-failure records with the consumer's role.
+	// The mapping sends on-failure records with the consumer's role: to the queue, or as
+	// objects to the bucket (s3:PutObject and s3:ListBucket).
 	consumer.add([]string{"sqs:SendMessage"}, "FailureQueue.Arn")
+	consumer.add([]string{"s3:PutObject"}, "sub:${FailureBucket.Arn}/aws/lambda/*")
+	consumer.add([]string{"s3:ListBucket"}, "FailureBucket.Arn")
+	// The reconciler reads the on-failure objects the failure queue's notifications name.
+	reconciler.add([]string{"s3:GetObject"}, "sub:${FailureBucket.Arn}/aws/lambda/*")
 	// The SQS event source polls the failure queue with the reconciler's role.
 	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}, "FailureQueue.Arn")
 	// The reconciler releases on-failure messages it had no time to try (reconcile.WithRelease).
@@ -709,8 +721,11 @@ func TestIAMLeastPrivilege(t *testing.T) {
 				}
 				for _, r := range resources {
 					// Objects under a key prefix of the stack's own bucket are scoped, not "*".
-					prefixed := strings.HasPrefix(r, "sub:${PayloadBucket.Arn}/") && !strings.HasPrefix(r, "sub:${PayloadBucket.Arn}/*") &&
-						strings.Count(r, "*") == 1 && strings.HasSuffix(r, "/*")
+					prefixed := false
+					for _, b := range []string{"sub:${PayloadBucket.Arn}/", "sub:${FailureBucket.Arn}/"} {
+						prefixed = prefixed || strings.HasPrefix(r, b) && !strings.HasPrefix(r, b+"*") &&
+							strings.Count(r, "*") == 1 && strings.HasSuffix(r, "/*")
+					}
 					star := !prefixed && (r == "=*" || (strings.HasPrefix(r, "=") || strings.HasPrefix(r, "sub:")) && strings.Contains(r, "*"))
 					if star {
 						for _, a := range actions {
@@ -821,5 +836,38 @@ func TestCfnLint(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("cfn-lint template.yaml: %v\n%s", err, out)
+	}
+}
+
+// TestFailureBucket: the S3 on-failure destination (OnFailureDestination S3, the default): kept
+// on delete, SSE, no public access, objects outliving every notification that names them (the
+// failure queue and its dead-letter queue keep messages 14 days each), and ObjectCreated
+// notifications of Lambda's key prefix to the failure queue, which S3 may send to.
+func TestFailureBucket(t *testing.T) {
+	c := loadTemplate(t)
+	if d := scalar(get(c.param("OnFailureDestination"), "Default")); d != "S3" {
+		t.Errorf("OnFailureDestination defaults to %q, want S3", d)
+	}
+	b := c.resource("FailureBucket")
+	if scalar(get(b, "Condition")) != "FailureToS3" || scalar(get(b, "DeletionPolicy")) != "Retain" {
+		t.Errorf("FailureBucket: condition %q, deletion policy %q", scalar(get(b, "Condition")), scalar(get(b, "DeletionPolicy")))
+	}
+	if sse := get(c.prop("FailureBucket", "BucketEncryption", "ServerSideEncryptionConfiguration").Content[0], "ServerSideEncryptionByDefault", "SSEAlgorithm"); scalar(sse) != "AES256" {
+		t.Errorf("FailureBucket SSE %q", scalar(sse))
+	}
+	days := 0
+	for _, r := range c.prop("FailureBucket", "LifecycleConfiguration", "Rules").Content {
+		days, _ = strconv.Atoi(scalar(get(r, "ExpirationInDays")))
+	}
+	if days <= 28 {
+		t.Errorf("FailureBucket objects expire after %d days: a notification can wait 14 days in the failure queue and 14 in its DLQ", days)
+	}
+	qs := c.prop("FailureBucket", "NotificationConfiguration", "QueueConfigurations").Content
+	if len(qs) != 1 || getAtt(get(qs[0], "Queue")) != "FailureQueue.Arn" || !strings.HasPrefix(scalar(get(qs[0], "Event")), "s3:ObjectCreated:") {
+		t.Fatalf("FailureBucket must notify the failure queue of ObjectCreated events")
+	}
+	pol := c.resource("FailureQueueS3Policy")
+	if scalar(get(pol, "Condition")) != "FailureToS3" || !slices.Contains(stringList(get(c.prop("FailureQueueS3Policy", "PolicyDocument", "Statement").Content[0], "Principal", "Service")), "s3.amazonaws.com") {
+		t.Errorf("FailureQueueS3Policy must let s3.amazonaws.com send the bucket's notifications")
 	}
 }

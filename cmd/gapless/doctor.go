@@ -226,8 +226,13 @@ func localControlPlane(tmplPath string) (localdoctor.ControlPlane, error) {
 	if d.ConsumerTimeout > 0 {
 		cfg.FunctionTimeout = d.ConsumerTimeout
 	}
+	var metrics []string // the template's MetricsConfig: the emulated mapping emits no metrics
+	if d.Mapping != nil {
+		metrics = d.Mapping.Metrics
+	}
 	return localdoctor.ControlPlane{
 		Mapping: cfg, State: "Enabled",
+		Metrics:     metrics,
 		ConsumerEnv: consumerEnv, ReconcilerEnv: reconcilerEnv,
 		ReconcilerQueues: []string{failure},
 		Schedule:         d.Schedule,

@@ -44,6 +44,8 @@ const (
 	// EnvParallelizationFactor is the mapping's ParallelizationFactor, given to the reconciler:
 	// a failure-queue range is replayed only in the lane of the batch the mapping gave up.
 	EnvParallelizationFactor = "PARALLELIZATION_FACTOR"
+	// EnvFailureBucket names the mapping's S3 on-failure destination (reconciler, optional).
+	EnvFailureBucket = "FAILURE_BUCKET"
 	// EnvStartingPosition is the mapping's StartingPosition, given to the reconciler: it decides
 	// which records of a lineage the mapping never checkpointed are in scope.
 	EnvStartingPosition = "STARTING_POSITION"
@@ -177,6 +179,9 @@ type Reconciler struct {
 	// ParallelizationFactor (PARALLELIZATION_FACTOR, 1-10, default 1) is the mapping's: a
 	// failure-queue range is replayed only in the lane of the batch the mapping gave up.
 	ParallelizationFactor int
+	// FailureBucket (FAILURE_BUCKET, optional) is the mapping's S3 on-failure destination: the
+	// only bucket whose objects the failure queue's S3 event notifications may name.
+	FailureBucket string
 }
 
 // LoadConsumer reads and validates the consumer's variables through getenv (os.Getenv in main).
@@ -236,6 +241,9 @@ func LoadReconciler(getenv func(string) string, opts ...LoadOption) (Reconciler,
 		p.fail(EnvConsumerFunction, r.ConsumerFunction, "is not a Lambda function name or ARN (arn:aws:lambda:<region>:<account>:function:<name>)")
 	}
 	r.ParallelizationFactor = p.intIn(EnvParallelizationFactor, 1, 1, MaxParallelizationFactor)
+	if r.FailureBucket = strings.TrimSpace(getenv(EnvFailureBucket)); r.FailureBucket != "" && !validBucket(r.FailureBucket) {
+		p.fail(EnvFailureBucket, r.FailureBucket, "is not an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit)")
+	}
 	return r, p.err()
 }
 

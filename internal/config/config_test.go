@@ -208,3 +208,16 @@ func TestLoadReconcilerMaxRecordAge(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadReconcilerFailureBucket(t *testing.T) {
+	m := base()
+	m[EnvFailureBucket] = "orders-failures"
+	r, err := LoadReconciler(env(m))
+	if err != nil || r.FailureBucket != "orders-failures" {
+		t.Fatalf("got %+v, %v", r.FailureBucket, err)
+	}
+	m[EnvFailureBucket] = "Orders_Failures"
+	if _, err := LoadReconciler(env(m)); err == nil || !strings.Contains(err.Error(), EnvFailureBucket) {
+		t.Fatalf("want %s named, got %v", EnvFailureBucket, err)
+	}
+}

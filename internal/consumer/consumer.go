@@ -46,6 +46,9 @@ const (
 	MetricRecordsParkedDead   = "RecordsParkedDead"
 	MetricDeadInvocations     = "DeadInvocations"
 	MetricMarkerWriteFailures = "MarkerWriteFailures"
+	// MetricRecordsDeferred counts the Kinesis records of an event left out of its batch by the
+	// bound on user records (DefaultMaxBatchUserRecords): Lambda redelivers them.
+	MetricRecordsDeferred = "RecordsDeferred"
 )
 
 // Handler handles Kinesis events for one consumer group.
@@ -58,7 +61,12 @@ type Handler struct {
 	stream      string         // STREAM_NAME, "" when not configured (see buildPlan)
 	streamARN   string         // STREAM_ARN, "" when not configured (see WithStreamARN)
 	filter      *filter.Filter // RECORD_FILTER (see WithFilter)
+	maxUsers    int            // user records per batch (WithMaxBatchUserRecords)
 }
+
+// WithMaxBatchUserRecords bounds the user records of one batch (default
+// DefaultMaxBatchUserRecords; tests). Records past the bound are redelivered, not attempted.
+func WithMaxBatchUserRecords(n int) Option { return func(h *Handler) { h.maxUsers = n } }
 
 // Option configures a Handler.
 type Option func(*Handler)
@@ -122,7 +130,11 @@ func (h *Handler) Handle(ctx context.Context, ev events.KinesisEvent) (events.Ki
 func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisEventResponse, error) {
 	start := time.Now()
 	foreign := h.refuseForeign(ctx, recs)
-	pl := buildPlan(h.group, h.stream, *recs)
+	maxUsers := h.maxUsers
+	if maxUsers <= 0 {
+		maxUsers = DefaultMaxBatchUserRecords
+	}
+	pl := buildPlanBounded(h.group, h.stream, *recs, maxUsers)
 	// The batch holds what the pipeline needs (sequence number, key, data): the event's records
 	// (event ids, ARNs: ~300 bytes a record) are garbage from here on, before the sink's garbage
 	// sizes the heap (docs/benchmarks.md, "Memory for one large batch").
@@ -133,7 +145,7 @@ func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisE
 	b.Records = h.unfiltered(ctx, log, b.Records)
 	if n == 0 {
 		if foreign > 0 {
-			h.emit(ctx, log, b, pipeline.Result{}, false, 0, foreign)
+			h.emit(ctx, log, b, pipeline.Result{}, false, 0, 0, foreign)
 			log.InfoContext(ctx, "no record of the event is of this function's stream: nothing to do", "refused", foreign)
 		} else {
 			log.InfoContext(ctx, "empty event: nothing to do")
@@ -153,6 +165,10 @@ func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisE
 	}
 	if pl.unordered {
 		log.WarnContext(ctx, "event records were not in sequence order: sorted before processing")
+	}
+	if pl.cutAt != "" {
+		log.WarnContext(ctx, "batch bound reached: the rest of the event is left for Lambda to redeliver, not attempted",
+			"max_user_records", maxUsers, "user_records", len(b.Records), "records_left_out", pl.cut, "first_left_out", pl.cutAt)
 	}
 	for _, r := range b.Records {
 		if r.DecodeErr != nil {
@@ -176,9 +192,11 @@ func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisE
 	case len(pl.rejected) > 0:
 		failure = pl.firstID
 	case res.LowestFailedSeq != "":
-		failure = res.LowestFailedSeq
+		failure = res.LowestFailedSeq // below cutAt: every record of the batch is
+	case pl.cutAt != "":
+		failure = pl.cutAt
 	}
-	h.emit(ctx, log, b, res, runErr != nil, len(pl.rejected), foreign)
+	h.emit(ctx, log, b, res, runErr != nil, len(pl.rejected), pl.cut, foreign)
 
 	attrs := []any{"records", n, "user_records", len(b.Records), "processed", res.Processed,
 		"duplicates_skipped", res.DuplicatesSkipped, "failed", res.Failed, "parked", res.Parked,
@@ -225,7 +243,7 @@ func (h *Handler) refuseForeign(ctx context.Context, recs *[]inRecord) int {
 	return refused
 }
 
-func (h *Handler) emit(ctx context.Context, log *slog.Logger, b *pipeline.Batch, res pipeline.Result, ledgerFailed bool, rejected, foreign int) {
+func (h *Handler) emit(ctx context.Context, log *slog.Logger, b *pipeline.Batch, res pipeline.Result, ledgerFailed bool, rejected, cut, foreign int) {
 	if h.metrics == nil {
 		return
 	}
@@ -251,6 +269,7 @@ func (h *Handler) emit(ctx context.Context, log *slog.Logger, b *pipeline.Batch,
 		metrics.Metric{Name: MetricCheckpointRacesLost, Value: b2f(res.CheckpointRaceLost)},
 		metrics.Metric{Name: MetricLedgerWriteFailures, Value: b2f(ledgerFailed)},
 		metrics.Metric{Name: MetricRecordsRejected, Value: float64(rejected)},
+		metrics.Metric{Name: MetricRecordsDeferred, Value: float64(cut)},
 		metrics.Metric{Name: MetricRecordsOfAnotherStream, Value: float64(foreign)},
 		metrics.Metric{Name: MetricRecordsHeld, Value: float64(res.InFlightSkipped)},
 		metrics.Metric{Name: MetricRecordsIsolated, Value: float64(res.Isolated)},

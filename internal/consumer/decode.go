@@ -199,7 +199,21 @@ type plan struct {
 	// unordered: the event's records were not in sequence order (they were sorted).
 	unordered bool
 	malformed int // records in the batch with a DecodeErr
+	// cutAt is the sequence number of the first Kinesis record left out because the batch
+	// reached its bound on user records ("" when none was); cut counts the Kinesis records left
+	// out. They are not attempted: the handler reports cutAt as failed, and Lambda redelivers
+	// them from there in the next batch.
+	cutAt string
+	cut   int
 }
+
+// DefaultMaxBatchUserRecords bounds the user records of one batch (KPL aggregates
+// de-aggregated). It keeps the heap of one invocation bounded (each user record costs the
+// pipeline several hundred bytes) and the in-flight marker, which names every record id of the
+// batch, within the ledger's item budget: the marker of the largest batch Lambda can deliver
+// (10,000 Kinesis records) plus 40,000 more user records of aggregates fits in 350 KiB
+// (TestLargestBatchMarkerFits), so a crash is counted for every batch the consumer runs.
+const DefaultMaxBatchUserRecords = kpl.MaxUserRecords
 
 // names memoizes shardOf and streamOf over one event, whose records repeat the same shard
 // and ARN.
@@ -302,7 +316,19 @@ func streamARNOf(arn string) string {
 //     sequence number.
 //   - Records are sorted by sequence number (Lambda delivers them sorted; a shuffled event is
 //     logged and sorted, since per-key order must follow the stream).
+//   - A batch holds at most maxUsers user records (DefaultMaxBatchUserRecords): the Kinesis record
+//     whose user records would pass the bound, and every later one, are left out (plan.cutAt)
+//     and redelivered by Lambda from there; the first record of a batch always fits, since an
+//     aggregate of more than min(maxUsers, kpl.MaxUserRecords) user records is one failed
+//     record (parked with its raw bytes), never de-aggregated.
 func buildPlan(group, configuredStream string, recs []inRecord) plan {
+	return buildPlanBounded(group, configuredStream, recs, DefaultMaxBatchUserRecords)
+}
+
+// buildPlanBounded is buildPlan with another bound on the batch's user records.
+func buildPlanBounded(group, configuredStream string, recs []inRecord, maxUsers int) plan {
+	maxUsers = max(maxUsers, 1)
+	perAggregate := min(maxUsers, kpl.MaxUserRecords)
 	var pl plan
 	nm := names{configured: configuredStream}
 	shardID, stream := "", ""
@@ -371,7 +397,14 @@ func buildPlan(group, configuredStream string, recs []inRecord) plan {
 			}
 			continue
 		}
-		pl.batch.Records = expand(pl.batch.Records, &nm, shardID, *r, &pl.malformed)
+		before, malformed := len(pl.batch.Records), pl.malformed
+		pl.batch.Records = expand(pl.batch.Records, &nm, shardID, *r, perAggregate, &pl.malformed)
+		if len(pl.batch.Records) > maxUsers && before > 0 {
+			clear(pl.batch.Records[before:]) // drop the references to the left-out user records
+			pl.batch.Records, pl.malformed = pl.batch.Records[:before], malformed
+			pl.cutAt, pl.cut = r.seq, len(valid)-i
+			break
+		}
 	}
 
 	pl.firstID = firstIdentifier(valid, recs)
@@ -424,8 +457,10 @@ func firstIdentifier(valid []*inRecord, all []inRecord) string {
 	return ""
 }
 
-// expand appends the pipeline records of one valid Kinesis record to dst.
-func expand(dst []pipeline.Record, nm *names, shardID string, r inRecord, malformed *int) []pipeline.Record {
+// expand appends the pipeline records of one valid Kinesis record to dst: an aggregate of more
+// than perAggregate user records, or a corrupt one, is one record carrying DecodeErr and the
+// aggregate's raw bytes.
+func expand(dst []pipeline.Record, nm *names, shardID string, r inRecord, perAggregate int, malformed *int) []pipeline.Record {
 	base := pipeline.Record{
 		ID: recordid.ID{ShardID: shardID, Seq: r.seq}, PartitionKey: r.pk, Data: r.data, ArrivalTime: r.arrival,
 	}
@@ -446,7 +481,7 @@ func expand(dst []pipeline.Record, nm *names, shardID string, r inRecord, malfor
 	if _, ok := nm.stream(r.arn); !ok {
 		return bad(fmt.Errorf("%w: eventSourceARN %s does not name a stream", ErrMalformedRecord, clip(r.arn)))
 	}
-	users, err := kpl.Deaggregate(r.data)
+	users, err := kpl.DeaggregateMax(r.data, perAggregate)
 	switch {
 	case errors.Is(err, kpl.ErrNotAggregated):
 		return append(dst, base)

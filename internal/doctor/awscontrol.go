@@ -65,6 +65,7 @@ var _ ControlPlane = (*AWSControlPlane)(nil)
 // Describe implements ControlPlane.
 func (a *AWSControlPlane) Describe(ctx context.Context) (ControlPlaneView, error) {
 	var v ControlPlaneView
+	mappingUUID := "" // the consumer's Kinesis mapping: dimension EventSourceMappingUUID of its own metrics
 	cons, err := a.Lambda.GetFunctionConfiguration(ctx, &lambda.GetFunctionConfigurationInput{FunctionName: aws.String(a.ConsumerFunction)})
 	if err != nil {
 		return v, fmt.Errorf("consumer function %s: %w", a.ConsumerFunction, err)
@@ -86,6 +87,7 @@ func (a *AWSControlPlane) Describe(ctx context.Context) (ControlPlaneView, error
 			continue
 		}
 		v.Mapping = mappingOf(m)
+		mappingUUID = aws.ToString(m.UUID)
 		break
 	}
 	recMappings, err := a.mappings(ctx, a.ReconcilerFunction)
@@ -127,7 +129,7 @@ func (a *AWSControlPlane) Describe(ctx context.Context) (ControlPlaneView, error
 			return v, fmt.Errorf("alarms %s*: %w", a.AlarmPrefix, err)
 		}
 		for _, al := range page.MetricAlarms {
-			if !a.ours(al.Namespace, al.Dimensions) {
+			if !a.ours(al.Namespace, al.Dimensions, mappingUUID) {
 				continue
 			}
 			actions := len(al.AlarmActions)
@@ -142,14 +144,19 @@ func (a *AWSControlPlane) Describe(ctx context.Context) (ControlPlaneView, error
 	return v, nil
 }
 
-// ours reports whether an alarm watches this deployment: one of its functions, or its group's
-// gapless metrics.
-func (a *AWSControlPlane) ours(namespace *string, dims []cwtypes.Dimension) bool {
+// ours reports whether an alarm watches this deployment: one of its functions, its consumer's
+// mapping (Lambda's event source mapping metrics carry the mapping's UUID as dimension
+// EventSourceMappingUUID), or its group's gapless metrics.
+func (a *AWSControlPlane) ours(namespace *string, dims []cwtypes.Dimension, mappingUUID string) bool {
 	for _, d := range dims {
 		v := aws.ToString(d.Value)
 		switch aws.ToString(d.Name) {
 		case "FunctionName":
 			if v == a.ConsumerFunction || v == a.ReconcilerFunction {
+				return true
+			}
+		case "EventSourceMappingUUID":
+			if v != "" && v == mappingUUID {
 				return true
 			}
 		case metrics.DimensionGroup:
@@ -206,8 +213,17 @@ func mappingOf(m lambdatypes.EventSourceMappingConfiguration) *Mapping {
 			out.Filters = append(out.Filters, aws.ToString(f.Pattern))
 		}
 	}
+	if m.MetricsConfig != nil {
+		for _, g := range m.MetricsConfig.Metrics {
+			out.Metrics = append(out.Metrics, string(g))
+		}
+	}
 	if m.DestinationConfig != nil && m.DestinationConfig.OnFailure != nil {
 		out.OnFailure = aws.ToString(m.DestinationConfig.OnFailure.Destination)
+		// An S3 bucket destination: arn:<partition>:s3:::<name>.
+		if parts := strings.SplitN(out.OnFailure, ":", 6); len(parts) == 6 && parts[2] == "s3" {
+			out.OnFailureBucket = parts[5]
+		}
 	}
 	return out
 }

@@ -137,3 +137,44 @@ func TestAWSMappingFilters(t *testing.T) {
 		}
 	}
 }
+
+// TestAWSMappingMetrics: the deployed mapping's MetricsConfig (GetEventSourceMapping,
+// ListEventSourceMappings) reaches the check; an alarm on DroppedEventCount by the consumer
+// mapping's UUID is the stack's, one by another mapping's is not.
+func TestAWSMappingMetrics(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  *lambdatypes.EventSourceMappingMetricsConfig
+		want bool // mapping.metrics-off
+	}{
+		{"EventCount on", &lambdatypes.EventSourceMappingMetricsConfig{Metrics: []lambdatypes.EventSourceMappingMetric{lambdatypes.EventSourceMappingMetricEventCount}}, false},
+		{"no MetricsConfig", nil, true},
+		{"empty Metrics", &lambdatypes.EventSourceMappingMetricsConfig{}, true},
+	} {
+		m := mappingOf(lambdatypes.EventSourceMappingConfiguration{MetricsConfig: c.cfg})
+		if got := Run(Deployment{Mapping: m}).Has("mapping.metrics-off"); got != c.want {
+			t.Errorf("%s: mapping.metrics-off %v, want %v (metrics %v)", c.name, got, c.want, m.Metrics)
+		}
+	}
+	cp := &AWSControlPlane{
+		ConsumerFunction: "cons", ReconcilerFunction: "rec", Group: "orders",
+		Lambda: fakeLambda{
+			configs: map[string]*lambda.GetFunctionConfigurationOutput{"cons": {}, "rec": {FunctionArn: aws.String("arn:aws:lambda:eu-west-1:111122223333:function:rec")}},
+			mappings: map[string][]lambdatypes.EventSourceMappingConfiguration{
+				"cons": {{UUID: aws.String("uuid-cons"), EventSourceArn: aws.String("arn:aws:kinesis:eu-west-1:111122223333:stream/s")}},
+			},
+		},
+		EventBridge: fakeEvents{},
+		CloudWatch: fakeCloudWatch{alarms: []cwtypes.MetricAlarm{
+			{AlarmName: aws.String("dropped"), Namespace: aws.String("AWS/Lambda"), MetricName: aws.String("DroppedEventCount"), Dimensions: []cwtypes.Dimension{dim("EventSourceMappingUUID", "uuid-cons")}},
+			{AlarmName: aws.String("dropped-other"), Namespace: aws.String("AWS/Lambda"), MetricName: aws.String("DroppedEventCount"), Dimensions: []cwtypes.Dimension{dim("EventSourceMappingUUID", "uuid-other")}},
+		}},
+	}
+	v, err := cp.Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Alarms) != 1 || v.Alarms[0].Name != "dropped" {
+		t.Errorf("alarms %+v, want only the one on the consumer mapping's UUID", v.Alarms)
+	}
+}

@@ -36,7 +36,14 @@ var RequiredAlarms = []string{
 	metrics.Namespace + "/LedgerWriteFailures",
 	"AWS/Lambda/IteratorAge",
 	"AWS/Lambda/DestinationDeliveryFailures",
+	"AWS/Lambda/DroppedEventCount",
 }
+
+// MetricsEventCount is the MetricsConfig metric group that makes Lambda emit a Kinesis
+// mapping's own counts: PolledEventCount, FilteredOutEventCount, InvokedEventCount,
+// FailedInvokeEventCount, DroppedEventCount, OnFailureDestinationDeliveredEventCount (Lambda
+// developer guide, "Types of metrics for Lambda functions", Event source mapping metrics).
+const MetricsEventCount = "EventCount"
 
 // Checks are every rule, in report order within a level. Ids are stable: tests and operators
 // refer to them.
@@ -106,6 +113,9 @@ var Checks = []Check{
 		ID: "mapping.on-failure-not-consumed", Level: Error,
 		Fix: "give the reconciler an SQS event on the mapping's on-failure queue (template.yaml ReconcilerFunction Events.FailureQueue), or point the destination at the queue it consumes",
 		Eval: mappingCheck(func(m *Mapping, d *Deployment) string {
+			if m.OnFailureBucket != "" {
+				return s3DestinationNotConsumed(m, d)
+			}
 			if m.OnFailure != "" && !slices.Contains(d.ReconcilerQueues, m.OnFailure) {
 				return fmt.Sprintf("the on-failure destination %s is not consumed by the reconciler (it reads %v): ranges the mapping gives up on wait there until the scheduled pass finds them",
 					m.OnFailure, d.ReconcilerQueues)
@@ -122,6 +132,16 @@ var Checks = []Check{
 				return ""
 			}
 			return "the mapping is " + m.State + ": nothing reads the stream, and records expire at the end of its retention"
+		}),
+	},
+	{
+		ID: "mapping.metrics-off", Level: Error,
+		Fix: "set MetricsConfig: {Metrics: [EventCount]} on the mapping (template.yaml ConsumerFunction Events.Stream; live: aws lambda update-event-source-mapping --uuid <uuid> --metrics-config Metrics=EventCount)",
+		Eval: mappingCheck(func(m *Mapping, _ *Deployment) string {
+			if !slices.Contains(m.Metrics, MetricsEventCount) {
+				return "the mapping has no MetricsConfig EventCount: Lambda emits none of its own counts (DroppedEventCount among them), so nothing alarms on records the mapping itself dropped"
+			}
+			return ""
 		}),
 	},
 	{
@@ -217,7 +237,7 @@ var Checks = []Check{
 	},
 	{
 		ID: "alarms.missing", Level: Error,
-		Fix: "deploy the alarms of template.yaml (LostToRetentionAlarm, VerifiedLagAlarm, LedgerWriteFailuresAlarm, ConsumerIteratorAgeAlarm, DestinationDeliveryFailuresAlarm)",
+		Fix: "deploy the alarms of template.yaml (LostToRetentionAlarm, VerifiedLagAlarm, LedgerWriteFailuresAlarm, ConsumerIteratorAgeAlarm, DestinationDeliveryFailuresAlarm, MappingDroppedEventsAlarm)",
 		Eval: func(d *Deployment) string {
 			if !d.AlarmsKnown {
 				return ""
@@ -309,6 +329,17 @@ var Checks = []Check{
 		},
 	},
 	{
+		ID: "stream.records-undeliverable", Level: Warning,
+		Fix: "keep the stream's maximum record size (MaxRecordSizeInKiB) at most what one invocation carries, or store large payloads in S3 and put a reference on the stream",
+		Eval: func(d *Deployment) string {
+			if !reconcile.Undeliverable(d.MaxRecordSize) {
+				return ""
+			}
+			return fmt.Sprintf("the stream takes records of up to %d KiB, but one Lambda invocation (6 MB, the data base64-encoded) carries at most %d KiB of record data: the mapping never delivers a larger record; the reconciler's scheduled pass replays it through Process (or parks it with its payload) when it reads it, up to a schedule period late",
+				d.MaxRecordSize/1024, reconcile.MaxDeliverableData/1024)
+		},
+	},
+	{
 		ID: "kpl.parallelization", Level: Error,
 		Fix: "set ParallelizationFactor 1 while producers aggregate with the KPL, or stop aggregating",
 		Eval: mappingCheck(func(m *Mapping, d *Deployment) string {
@@ -354,4 +385,25 @@ func schedulePeriod(s *Schedule) (time.Duration, bool) {
 	n, _ := strconv.Atoi(m[1])
 	unit := map[string]time.Duration{"minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour}[strings.TrimSuffix(m[2], "s")]
 	return time.Duration(n) * unit, true
+}
+
+// s3DestinationNotConsumed judges an S3 bucket as the on-failure destination: the reconciler
+// reads its objects only from the bucket FAILURE_BUCKET names, and learns of them through the
+// bucket's ObjectCreated notifications to a queue it consumes (checked offline; live, the
+// bucket's notification configuration is not read).
+func s3DestinationNotConsumed(m *Mapping, d *Deployment) string {
+	if d.ReconcilerEnv != nil && d.ReconcilerEnv[config.EnvFailureBucket] != m.OnFailureBucket {
+		return fmt.Sprintf("the on-failure destination is bucket %s but the reconciler's %s is %q: it refuses the bucket's objects, and ranges the mapping gives up on wait until the scheduled pass finds them",
+			m.OnFailureBucket, config.EnvFailureBucket, d.ReconcilerEnv[config.EnvFailureBucket])
+	}
+	if m.OnFailureNotifies == nil {
+		return ""
+	}
+	for _, q := range m.OnFailureNotifies {
+		if slices.Contains(d.ReconcilerQueues, q) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("the on-failure bucket %s notifies %v, none of which the reconciler consumes (it reads %v): ranges the mapping gives up on wait there until the scheduled pass finds them",
+		m.OnFailureBucket, m.OnFailureNotifies, d.ReconcilerQueues)
 }

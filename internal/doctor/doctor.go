@@ -43,12 +43,20 @@ type Mapping struct {
 	BatchingWindow          time.Duration
 	// OnFailure is the destination's identity: an ARN live, "Resource.Arn" offline; "" = none.
 	OnFailure string
+	// OnFailureBucket is the destination's bucket when it is an S3 bucket (live: its name;
+	// offline: its resource id); OnFailureNotifies are the queues its ObjectCreated
+	// notifications go to (as ReconcilerQueues; offline only, nil when unknown).
+	OnFailureBucket   string
+	OnFailureNotifies []string
 	// State is the mapping's state live ("Enabled", "Disabled", …); "" offline.
 	State string
 	// Filters are the patterns of the mapping's FilterCriteria (none = every record is sent).
 	// FiltersUnknown: they could not be read (live: Lambda could not decrypt them).
 	Filters        []string
 	FiltersUnknown bool
+	// Metrics are the metric groups of the mapping's MetricsConfig ("EventCount" makes Lambda
+	// emit the mapping's own counts, DroppedEventCount among them); none = off.
+	Metrics []string
 }
 
 // Schedule is the reconciler's scheduled trigger.
@@ -72,6 +80,9 @@ type Deployment struct {
 	Mapping *Mapping
 	// Retention is the stream's retention period (0 = unknown).
 	Retention time.Duration
+	// MaxRecordSize is the stream's maximum record size in bytes (MaxRecordSizeInKiB; 0 =
+	// unknown).
+	MaxRecordSize int
 	// ConsumerTimeout is the consumer function's timeout.
 	ConsumerTimeout time.Duration
 	// MaxRecordAttempts, LedgerTTL and SettleAfter are the functions' MAX_RECORD_ATTEMPTS,

@@ -115,6 +115,9 @@ func Collect(ctx context.Context, l Live) (Deployment, error) {
 	if s := sum.StreamDescriptionSummary; s != nil && s.RetentionPeriodHours != nil {
 		d.Retention = time.Duration(*s.RetentionPeriodHours) * time.Hour
 	}
+	if s := sum.StreamDescriptionSummary; s != nil && s.MaxRecordSizeInKiB != nil {
+		d.MaxRecordSize = int(*s.MaxRecordSizeInKiB) * 1024
+	}
 
 	ttl, err := l.TTL.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(l.LedgerTable)})
 	switch {

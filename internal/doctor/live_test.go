@@ -34,6 +34,21 @@ type localRun struct {
 	stream, ledger, checkpoints, failureQueue string
 	control                                   localdoctor.ControlPlane
 	store                                     *checkpoint.Store
+	maxRecordKiB                              int32 // > 0: DescribeStreamSummary answers it
+}
+
+// largeRecords is the local stack's Kinesis with MaxRecordSizeInKiB set on its stream summary.
+type largeRecords struct {
+	doctor.StreamAPI
+	kib int32
+}
+
+func (l largeRecords) DescribeStreamSummary(ctx context.Context, in *kinesis.DescribeStreamSummaryInput, opts ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error) {
+	out, err := l.StreamAPI.DescribeStreamSummary(ctx, in, opts...)
+	if err == nil && out.StreamDescriptionSummary != nil {
+		out.StreamDescriptionSummary.MaxRecordSizeInKiB = aws.Int32(l.kib)
+	}
+	return out, err
 }
 
 func newLocalRun(t *testing.T) *localRun {
@@ -55,8 +70,12 @@ func newLocalRun(t *testing.T) *localRun {
 	cfg.StreamName = r.stream
 	cfg.FunctionName = "ConsumerFunction"
 	cfg.OnFailureQueueURL = r.failureQueue
+	tp, err := doctor.LoadTemplate(filepath.Join("..", "..", "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.control = localdoctor.ControlPlane{
-		Mapping: cfg, State: "Enabled",
+		Mapping: cfg, State: "Enabled", Metrics: doctor.FromTemplate(tp, "template.yaml", 0).Mapping.Metrics,
 		ConsumerEnv: env["ConsumerFunction"], ReconcilerEnv: env["ReconcilerFunction"],
 		ReconcilerQueues: []string{r.failureQueue},
 		Schedule:         &doctor.Schedule{Expression: "rate(5 minutes)", Enabled: true},
@@ -69,9 +88,13 @@ func (r *localRun) doctor(t *testing.T, now time.Time) doctor.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var streams doctor.StreamAPI = stacktest.Kinesis(t)
+	if r.maxRecordKiB > 0 {
+		streams = largeRecords{streams, r.maxRecordKiB}
+	}
 	d, err := doctor.Collect(ctx, doctor.Live{
 		Source: "local", Group: "local", Stream: r.stream, LedgerTable: r.ledger,
-		Streams: stacktest.Kinesis(t), TTL: stacktest.DynamoDB(t), Checkpoints: r.store, Control: r.control,
+		Streams: streams, TTL: stacktest.DynamoDB(t), Checkpoints: r.store, Control: r.control,
 		KPLAggregation: "no", Now: func() time.Time { return now },
 	})
 	if err != nil {
@@ -179,6 +202,13 @@ func TestEachFindingLive(t *testing.T) {
 			r.control.ConsumerEnv = maps.Clone(r.control.ConsumerEnv)
 			r.control.ConsumerEnv["ON_PARK"] = "hold-key"
 		}, []string{"onpark.mismatch"}},
+		// DescribeStreamSummary's MaxRecordSizeInKiB: kinesis-local has no large records
+		// (UpdateMaxRecordSize), so the field is set on its real answer.
+		{"stream maximum record size 8 MiB", func(t *testing.T, r *localRun) { r.maxRecordKiB = 8192 },
+			[]string{"stream.records-undeliverable"}},
+		// The emulated mapping answers MetricsConfig as template.yaml sets it.
+		{"mapping without MetricsConfig", func(t *testing.T, r *localRun) { r.control.Metrics = nil },
+			[]string{"mapping.metrics-off"}},
 		{"alarms without the loss alarm and without actions", func(t *testing.T, r *localRun) {
 			r.control.AlarmsKnown = true
 			r.control.Alarms = []doctor.Alarm{{Name: "a", Namespace: "Gapless", Metric: "VerifiedLagSeconds"}}

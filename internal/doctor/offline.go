@@ -46,11 +46,24 @@ func FromTemplate(t *Template, source string, retention time.Duration) Deploymen
 		if age := intOr(val(t, get(ev, "MaximumRecordAgeInSeconds")), -1); age >= 0 {
 			m.MaximumRecordAge = time.Duration(age) * time.Second
 		}
+		if id, _, _ := strings.Cut(m.OnFailure, "."); t.Type(id) == "AWS::S3::Bucket" {
+			m.OnFailureBucket = id
+			qs := t.chosen(t.Prop(id, "NotificationConfiguration", "QueueConfigurations"))
+			if qs != nil {
+				for _, q := range qs.Content {
+					if strings.HasPrefix(val(t, get(q, "Event")), "s3:ObjectCreated:") {
+						m.OnFailureNotifies = append(m.OnFailureNotifies, val(t, get(q, "Queue")))
+					}
+				}
+			}
+		}
 		m.ReportBatchItemFailures = slices.Contains(t.List(get(ev, "FunctionResponseTypes")), "ReportBatchItemFailures")
 		m.Filters = filterPatterns(t, get(ev, "FilterCriteria"))
+		m.Metrics = t.List(get(ev, "MetricsConfig", "Metrics"))
 		d.Mapping = m
 		d.ConsumerTimeout = time.Duration(intOr(val(t, t.Prop(consumer, "Timeout")), intOr(scalar(get(t.root, "Globals", "Function", "Timeout")), 3))) * time.Second
 		d.Retention = streamRetention(t, val(t, get(ev, "Stream")))
+		d.MaxRecordSize = streamMaxRecordSize(t, val(t, get(ev, "Stream")))
 		env := func(name string) string { return val(t, t.Prop(consumer, "Environment", "Variables", name)) }
 		d.LedgerTTL = durationOr(env(config.EnvLedgerTTL), config.DefaultLedgerTTL)
 		d.MaxRecordAttempts = intOr(env(config.EnvMaxRecordAttempts), config.DefaultMaxRecordAttempts)
@@ -131,6 +144,20 @@ func streamRetention(t *Template, source string) time.Duration {
 		return 0
 	}
 	return time.Duration(intOr(val(t, t.Prop(id, "RetentionPeriodHours")), 24)) * time.Hour
+}
+
+// streamMaxRecordSize is the maximum record size in bytes of a stream the template creates
+// (MaxRecordSizeInKiB, Kinesis's default 1024 when absent); 0 when the stream is not the
+// template's.
+func streamMaxRecordSize(t *Template, source string) int {
+	id, _, _ := strings.Cut(source, ".")
+	if t.Type(id) == "AWS::Kinesis::StreamConsumer" {
+		id, _, _ = strings.Cut(val(t, t.Prop(id, "StreamARN")), ".")
+	}
+	if t.Type(id) != "AWS::Kinesis::Stream" {
+		return 0
+	}
+	return intOr(val(t, t.Prop(id, "MaxRecordSizeInKiB")), 1024) * 1024
 }
 
 // functionEnv is a function's environment variables, resolved for this deployment (a variable

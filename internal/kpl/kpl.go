@@ -63,7 +63,14 @@ var (
 
 	// ErrInvalid is wrapped by Aggregate's errors for input it cannot encode.
 	ErrInvalid = errors.New("kpl: invalid user records")
+
+	// ErrTooManyRecords is wrapped (with ErrCorrupt) by Deaggregate's error for an aggregate
+	// of more user records than the bound.
+	ErrTooManyRecords = errors.New("kpl: aggregate holds more user records than the bound")
 )
+
+// MaxUserRecords is the most user records Deaggregate takes from one aggregate.
+const MaxUserRecords = 50_000
 
 // UserRecord is one user record inside an aggregate. ExplicitHashKey is empty when the record
 // has none.
@@ -85,7 +92,10 @@ func IsAggregated(data []byte) bool {
 }
 
 // Deaggregate splits a KPL aggregated record into its user records, in aggregate order (the
-// index of a user record in the result is its KPL sub-sequence number).
+// index of a user record in the result is its KPL sub-sequence number). An aggregate of more
+// than MaxUserRecords user records, or with a partition key longer than Kinesis allows, is
+// corrupt (ErrCorrupt; ErrTooManyRecords for the count): the caller parks the Kinesis record
+// with its raw bytes rather than build what it frames.
 //
 // For data that is not an aggregate (see IsAggregated) it returns (nil, ErrNotAggregated). For
 // an aggregate it cannot decode it returns an error wrapping ErrCorrupt that names the problem;
@@ -105,7 +115,10 @@ func IsAggregated(data []byte) bool {
 // The Data slices of the result alias data (no copy); they are capped, so appending to one
 // cannot overwrite its neighbours. Callers that keep a user record after changing data must
 // copy it. Keys are copied into fresh strings.
-func Deaggregate(data []byte) ([]UserRecord, error) {
+func Deaggregate(data []byte) ([]UserRecord, error) { return DeaggregateMax(data, MaxUserRecords) }
+
+// DeaggregateMax is Deaggregate with another bound on user records.
+func DeaggregateMax(data []byte, maxRecords int) ([]UserRecord, error) {
 	if !IsAggregated(data) {
 		return nil, ErrNotAggregated
 	}
@@ -141,6 +154,12 @@ func Deaggregate(data []byte) ([]UserRecord, error) {
 	if nRec == 0 {
 		return nil, fmt.Errorf("%w: aggregate holds no user records", ErrCorrupt)
 	}
+	// Counted before anything is allocated: one 1 MiB record can frame ~175,000 empty user
+	// records (~6 bytes each), and building them all (the user records here, the pipeline's
+	// records and outcomes after) would take hundreds of MiB of heap for one Kinesis record.
+	if nRec > maxRecords {
+		return nil, fmt.Errorf("%w: %w: %d user records, the bound is %d", ErrCorrupt, ErrTooManyRecords, nRec, maxRecords)
+	}
 
 	// Pass 2: the key tables.
 	pks := make([]string, 0, nPK)
@@ -148,15 +167,23 @@ func Deaggregate(data []byte) ([]UserRecord, error) {
 	if nEHK > 0 {
 		ehks = make([]string, 0, nEHK)
 	}
-	_ = walk(body, func(field uint64, _ int, v []byte) error { // framing already checked
+	// A partition key longer than Kinesis allows (256 characters) was never accepted by Kinesis
+	// from the KPL: the aggregate was not written by it, and its user records would carry keys
+	// no Kinesis record can.
+	if err := walk(body, func(field uint64, _ int, v []byte) error { // framing already checked
 		switch field {
 		case fieldPartitionKeyTable:
+			if len(v) > maxPartitionKeyRunes && utf8.RuneCount(v) > maxPartitionKeyRunes {
+				return fmt.Errorf("partition key %d has %d characters, Kinesis allows %d", len(pks), utf8.RuneCount(v), maxPartitionKeyRunes)
+			}
 			pks = append(pks, string(v))
 		case fieldExplicitHashKeyTable:
 			ehks = append(ehks, string(v))
 		}
 		return nil
-	})
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
 
 	// Pass 3: the records.
 	out := make([]UserRecord, 0, nRec)

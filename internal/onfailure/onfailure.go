@@ -47,6 +47,9 @@ type Message struct {
 	Version          string           `json:"version"`
 	Timestamp        string           `json:"timestamp"`
 	KinesisBatchInfo BatchInfo        `json:"KinesisBatchInfo"`
+	// Payload is the invocation's records: only in an object of an S3 on-failure destination
+	// (see s3.go); nil in an SQS or SNS message, which carries the metadata only.
+	Payload *Payload `json:"payload,omitempty"`
 }
 
 // RequestContext says which invocation failed and why.

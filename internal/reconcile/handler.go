@@ -39,6 +39,9 @@ type Handler struct {
 	reserve    time.Duration
 	queueURLs  sync.Map     // event source ARN -> queue URL
 	streamARN  atomic.Value // the stream's ARN from Kinesis (see ownStream)
+
+	objects       objectAPI // WithFailureBucket (s3object.go)
+	failureBucket string
 }
 
 // releaseAPI is what the handler needs to put an untried on-failure message back on its queue
@@ -193,6 +196,17 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 					"message_id", rest.MessageId, "group", h.r.cfg.Group)
 			}
 			break
+		}
+		if onfailure.IsS3Notification([]byte(msg.Body)) {
+			// An S3 on-failure destination's object, named by the bucket's event notification
+			// (s3object.go).
+			if err := h.handleObjectNotification(ctx, msg, deadline, hasDeadline, &total); err != nil {
+				if errors.Is(err, ErrOtherStream) || errors.Is(err, ErrOtherFunction) {
+					refused++ // not the mapping's: FailureMessageRefused, as for a message
+				}
+				fail("S3 notification on the failure queue not accounted for: it will be retried or left for the dead-letter queue", "error", err)
+			}
+			continue
 		}
 		m, err := onfailure.Parse([]byte(msg.Body))
 		if err != nil {

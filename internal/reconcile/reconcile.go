@@ -778,6 +778,9 @@ type bounds struct {
 func (b bounds) cut(recs []types.Record, rep *ShardReport) ([]types.Record, stopReason) {
 	for i, rec := range recs {
 		arrival := rec.ApproximateArrivalTimestamp
+		if undeliverable(rec) {
+			continue // the mapping can never deliver it (undeliverable.go): due now
+		}
 		if b.upper != "" && seqnum.Compare(aws.ToString(rec.SequenceNumber), b.upper) > 0 {
 			if arrival == nil || arrival.After(b.tail) {
 				return recs[:i], beyondBound // past the checkpoint and the mapping may still be on it

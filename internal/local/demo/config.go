@@ -103,6 +103,11 @@ type Config struct {
 	RetryAttempts int           // MaximumRetryAttempts: -1 infinite
 	MaxRecordAge  time.Duration // MaximumRecordAgeInSeconds; 0 off
 	Bisect        bool          // BisectBatchOnFunctionError
+	// OnFailure is the mapping's on-failure destination: OnFailureSQS (the metadata, to the
+	// failure queue; "" is the same) or OnFailureS3 (the records and metadata as an object in
+	// a bucket whose notification goes to the failure queue; template.yaml's
+	// OnFailureDestination S3).
+	OnFailure string
 
 	// gapless.
 	MaxRecordAttempts int           // MAX_RECORD_ATTEMPTS
@@ -137,6 +142,12 @@ type Config struct {
 	// RECORD_FILTER. Empty: none. See filter.go.
 	Filter string
 }
+
+// On-failure destinations of the demo's mapping (Config.OnFailure).
+const (
+	OnFailureSQS = "sqs"
+	OnFailureS3  = "s3"
+)
 
 // DefaultConfig is `make demo`: the seed's load test (4,500 records) over 4 shards with
 // ParallelizationFactor 4 and every fault on.
@@ -220,6 +231,8 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
+	case c.OnFailure != "" && c.OnFailure != OnFailureSQS && c.OnFailure != OnFailureS3:
+		return bad("on-failure %q: %s or %s", c.OnFailure, OnFailureSQS, OnFailureS3)
 	case c.Records < 1:
 		return bad("records %d: at least 1", c.Records)
 	case c.Shards < 1 || c.Shards > 64:

@@ -75,6 +75,7 @@ type functionEnv struct {
 	log                          *slog.Logger
 	decidesTable                 string // checkpoint decides: the shared checkpoint's table
 	filter                       string // RECORD_FILTER ("" none)
+	failureBucket                string // FAILURE_BUCKET: the S3 on-failure destination ("" none)
 }
 
 // consumerDeadlineMargin leaves the pipeline this much of the function timeout for its writes.
@@ -368,6 +369,10 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	if err != nil {
 		return nil, err
 	}
+	recOpts := []reconcile.HandlerOption{reconcile.WithRelease(rc.sqs)}
+	if env.failureBucket != "" {
+		recOpts = append(recOpts, reconcile.WithFailureBucket(rc.s3(env.s3URL), env.failureBucket))
+	}
 	handle := func(h *consumer.Handler) func(ctx context.Context, payload []byte) ([]byte, error) {
 		return func(ctx context.Context, payload []byte) ([]byte, error) {
 			resp, err := h.HandleJSON(ctx, payload)
@@ -380,7 +385,7 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	return &inProcess{
 		invoke:     handle(h),
 		invokeRace: handle(hRace),
-		rec:        reconcile.NewHandler(r, nil, env.log, reconcile.WithRelease(rc.sqs)), // as functions/reconciler wires it: untried failure-queue messages go back
+		rec:        reconcile.NewHandler(r, nil, env.log, recOpts...), // as functions/reconciler wires it: untried failure-queue messages go back
 		chaos:      ch,
 		kills:      ks,
 	}, nil

@@ -197,6 +197,9 @@ func maxRecordAgeSeconds(age time.Duration) string {
 
 func reconcilerEnv(fe functionEnv) map[string]string {
 	env := commonEnv(fe, fe.reconcilerDDB, fe.reconcilerSQS)
+	if fe.failureBucket != "" {
+		env[config.EnvFailureBucket] = fe.failureBucket
+	}
 	env[config.EnvStreamName] = fe.stream
 	env[config.EnvSettleAfter] = fe.settleAfter.String()
 	env[config.EnvMaxRecordAge] = maxRecordAgeSeconds(fe.maxRecordAge)

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/logging"
 
@@ -46,6 +47,7 @@ func startStack(ctx context.Context, root, dir, backend string) (Endpoints, []*l
 
 // clients are SDK clients of one aws.Config pointed at explicit endpoints.
 type clients struct {
+	cfg aws.Config
 	kin *kinesis.Client
 	ddb *dynamodb.Client
 	sqs *sqs.Client
@@ -62,10 +64,17 @@ func newClients(cfg aws.Config, kin, ddb, sq string, quickRetry bool) clients {
 		}
 	}
 	return clients{
+		cfg: cfg,
 		kin: kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { setEndpoint(&o.BaseEndpoint, kin) }),
 		ddb: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { setEndpoint(&o.BaseEndpoint, ddb) }),
 		sqs: sqs.NewFromConfig(cfg, func(o *sqs.Options) { setEndpoint(&o.BaseEndpoint, sq) }),
 	}
+}
+
+// s3 is an S3 client of the stack (path-style) at url, the SQS emulator's port, which serves S3
+// (the S3 on-failure destination's objects).
+func (c clients) s3(url string) *s3.Client {
+	return s3.NewFromConfig(c.cfg, func(o *s3.Options) { setEndpoint(&o.BaseEndpoint, url); o.UsePathStyle = true })
 }
 
 func setEndpoint(dst **string, url string) {

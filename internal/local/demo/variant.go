@@ -106,6 +106,8 @@ type variant struct {
 
 	stream, checkpointTable, ledgerTable string
 	targetURL, parkedURL, failureURL     string
+	// failureBucket is the mapping's S3 on-failure destination (Config.OnFailure s3; "" otherwise).
+	failureBucket string
 
 	recs     []loadgen.Payload
 	expected map[string][]byte // id -> exact payload bytes
@@ -308,6 +310,9 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 			kin = newClients(v.e.awsCfg, v.trim.URL(), "", "", true).kin
 			opts = append(opts, esm.WithTrimHorizon(v.trim.Horizon), esm.WithInvokeThrottle(v.held))
 		}
+		if v.failureBucket != "" {
+			opts = append(opts, esm.WithS3Destination(v.e.direct.s3(v.e.ep.SQS), "arn:aws:s3:::"+v.failureBucket, v.failureURL))
+		}
 		if r := v.e.cfg.Faults.DestFail; r > 0 {
 			opts = append(opts, esm.WithDestinationFault(esm.DestinationFailureRate(r, v.e.cfg.Seed+uint64(i))))
 		}
@@ -444,6 +449,9 @@ func (v *variant) mappingConfig() esm.Config {
 	m.MaximumRecordAge = cfg.MaxRecordAge
 	m.FunctionTimeout = cfg.FunctionTimeout
 	m.OnFailureQueueURL = v.failureURL
+	if v.failureBucket != "" {
+		m.OnFailureQueueURL = "" // the object's notification goes to the failure queue instead
+	}
 	m.PollInterval = time.Second
 	if cfg.Filter != "" {
 		m.FilterCriteria = []string{cfg.Filter}
@@ -473,8 +481,14 @@ func (v *variant) createResources(ctx context.Context) error {
 	if v.parkedURL, err = schema.EnsureQueue(ctx, c.sqs, schema.Queue{Name: v.stream + "-parked", RetentionSeconds: schema.ParkedRetentionSeconds}); err != nil {
 		return err
 	}
-	v.failureURL, err = schema.EnsureQueue(ctx, c.sqs, schema.Queue{Name: v.stream + "-failure"})
-	return err
+	if v.failureURL, err = schema.EnsureQueue(ctx, c.sqs, schema.Queue{Name: v.stream + "-failure"}); err != nil {
+		return err
+	}
+	if v.e.cfg.OnFailure == OnFailureS3 {
+		v.failureBucket = v.stream + "-failures"
+		return schema.EnsureBucket(ctx, c.s3(v.e.ep.SQS), v.failureBucket)
+	}
+	return nil
 }
 
 // startProxies puts a fault proxy in front of DynamoDB and SQS for the consumer, and another
@@ -591,7 +605,7 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 		reconcilerDDB: v.recDDB.URL(), reconcilerSQS: v.recSQS.URL(),
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),
 		settleAfter: cfg.SettleAfter, maxRecordAge: cfg.MaxRecordAge, chaos: cfg.chaosConfig(chaosState), log: v.log,
-		decidesTable: v.decidesTable(), filter: cfg.Filter,
+		decidesTable: v.decidesTable(), filter: cfg.Filter, failureBucket: v.failureBucket,
 	}
 }
 

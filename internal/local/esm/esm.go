@@ -136,6 +136,7 @@ type Mapping struct {
 
 	destFault        func(onfailure.Message) error
 	deliveryFailures atomic.Int64
+	s3dest           *s3Destination // WithS3Destination (s3dest.go)
 
 	mu          sync.Mutex
 	ran         bool
@@ -177,6 +178,9 @@ func New(kin kinesisAPI, sqsClient sqsAPI, lanes func(shardID string, lane int) 
 	}
 	if m.discovery <= 0 || m.maxBuffered <= 0 || m.retryDelay < 0 {
 		return nil, fmt.Errorf("%w: discovery interval and buffer bound must be positive", ErrConfig)
+	}
+	if err := m.validS3Destination(); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

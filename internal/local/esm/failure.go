@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,6 +59,7 @@ type givenUp struct {
 	invokes   int         // the most invocations of any part given up
 	retries   int         // the most retries of any part given up
 	lastInv   *lastInvoke // the latest invocation of the parts given up
+	recs      []*record   // the records given up (an S3 destination's payload)
 }
 
 func (g *givenUp) add(recs []*record, u unit) {
@@ -68,6 +70,7 @@ func (g *givenUp) add(recs []*record, u unit) {
 		g.last = recs[len(recs)-1]
 	}
 	g.size += len(recs)
+	g.recs = append(g.recs, recs...)
 	g.invokes = max(g.invokes, u.invokes)
 	g.retries = max(g.retries, u.retries)
 	if u.last != nil {
@@ -98,6 +101,14 @@ func (m *Mapping) failureMessage(shardID string, g *givenUp) *onfailure.Message 
 		msg.RequestContext.RequestID = g.lastInv.requestID
 	} else {
 		msg.RequestContext.RequestID = newRequestID()
+	}
+	if m.s3dest != nil {
+		slices.SortFunc(g.recs, func(a, b *record) int { return seqnum.Compare(a.seq, b.seq) })
+		if p, err := payloadOf(g.recs); err == nil {
+			msg.Payload = p
+		} else {
+			m.log.Error("esm: the S3 destination's payload cannot be built", "error", err)
+		}
 	}
 	switch {
 	case g.condition == onfailure.ConditionRecordAgeExceeded:
@@ -142,7 +153,7 @@ var ErrDestinationDelivery = errors.New("esm: OnFailure destination delivery fai
 // the lane moves on. AWS does not document its internal retries; the split between transient
 // and permanent errors is this emulation's choice.
 func (m *Mapping) deliver(ctx context.Context, msg *onfailure.Message) error {
-	if m.cfg.OnFailureQueueURL == "" {
+	if m.cfg.OnFailureQueueURL == "" && m.s3dest == nil {
 		return nil
 	}
 	fail := func(err error) error {
@@ -154,6 +165,9 @@ func (m *Mapping) deliver(ctx context.Context, msg *onfailure.Message) error {
 		if err := m.destFault(*msg); err != nil {
 			return fail(err)
 		}
+	}
+	if m.s3dest != nil {
+		return m.deliverS3(ctx, msg, fail)
 	}
 	body, err := json.Marshal(msg)
 	if err != nil {

@@ -22,6 +22,9 @@ type ControlPlane struct {
 	// State is the mapping's state as Lambda would report it: "Enabled" while the harness runs
 	// it, "Disabled" when it is stopped.
 	State string
+	// Metrics are the mapping's MetricsConfig metric groups as the template configures them
+	// (the emulated mapping emits no CloudWatch metrics; what Lambda would be told is checked).
+	Metrics []string
 	// ConsumerEnv and ReconcilerEnv are the functions' environment variables.
 	ConsumerEnv, ReconcilerEnv map[string]string
 	// ReconcilerQueues are the queue URLs the harness delivers to the reconciler.
@@ -50,6 +53,7 @@ func (c ControlPlane) Describe(context.Context) (doctor.ControlPlaneView, error)
 		OnFailure:               cfg.OnFailureQueueURL, // a queue is named by its URL locally
 		State:                   c.State,
 		Filters:                 cfg.FilterCriteria,
+		Metrics:                 c.Metrics,
 	}
 	if cfg.MaximumRecordAge <= 0 { // Config: 0 or negative is infinite, Lambda's -1
 		m.MaximumRecordAge = -1
