@@ -61,12 +61,15 @@ func keysInLanes(n int) (a, b string) {
 // real consumer and the real failure-queue handler run together: lane A gives up its batch
 // A1, A2 while lane B is still working on B1 (its invocation has not started); the range A1..A2
 // holds B2. Replaying the range must not apply B2 before lane B applies B1: per-key order holds
-// for both keys, in both ON_PARK modes. With every lane replayed (the handler without the
+// for both keys, in both ON_PARK modes, with an SQS or an S3 on-failure destination. With every lane replayed (the handler without the
 // mapping's ParallelizationFactor, which was the only behaviour before) B2 was applied first.
 func TestFailureRangeReplaysOnlyItsLane(t *testing.T) {
 	const factor = 3
-	for _, onPark := range []string{config.OnParkContinue, config.OnParkHoldKey} {
-		t.Run(onPark, func(t *testing.T) {
+	for _, tc := range []struct{ dest, onPark string }{
+		{"sqs", config.OnParkContinue}, {"sqs", config.OnParkHoldKey}, {"s3", config.OnParkContinue}, {"s3", config.OnParkHoldKey},
+	} {
+		onPark := tc.onPark
+		t.Run(tc.dest+"/"+onPark, func(t *testing.T) {
 			keyA, keyB := keysInLanes(factor)
 			s := newStream(t, 1)
 			// B1 < A1 < B2 < A2: lane A's range A1..A2 holds lane B's B2.
@@ -102,7 +105,15 @@ func TestFailureRangeReplaysOnlyItsLane(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fqh := reconcile.NewHandler(rec, nil, slog.New(slog.DiscardHandler), reconcile.WithConsumerFunction("consumer"), reconcile.WithLanes(factor))
+			fq := newFailureQueue(t)
+			hopts := []reconcile.HandlerOption{reconcile.WithConsumerFunction("consumer"), reconcile.WithLanes(factor)}
+			var mopts []Option
+			if tc.dest == "s3" { // the object's notification comes on the failure queue
+				objects, bucket := stacktest.S3(t), stacktest.Bucket(t)
+				mopts = append(mopts, WithS3Destination(objects, "arn:aws:s3:::"+bucket, fq.url))
+				hopts = append(hopts, reconcile.WithFailureBucket(objects, bucket))
+			}
+			fqh := reconcile.NewHandler(rec, nil, slog.New(slog.DiscardHandler), hopts...)
 
 			// Lane A's invocations crash until the mapping gives its batch up; lane B's first
 			// invocation waits until the failure queue's message is handled.
@@ -125,13 +136,14 @@ func TestFailureRangeReplaysOnlyItsLane(t *testing.T) {
 				}
 				return json.Marshal(resp)
 			})
-			fq := newFailureQueue(t)
 			cfg := baseConfig(s)
 			cfg.ParallelizationFactor = factor
 			cfg.MaximumRetryAttempts = 1
 			cfg.FunctionTimeout = e2eFunctionTimeout
 			cfg.ReportBatchItemFailures = true
-			cfg.OnFailureQueueURL = fq.url
+			if tc.dest == "sqs" {
+				cfg.OnFailureQueueURL = fq.url
+			}
 
 			// The failure queue's event source: receive, invoke the reconciler, delete what the
 			// response does not name.
@@ -157,7 +169,7 @@ func TestFailureRangeReplaysOnlyItsLane(t *testing.T) {
 					return
 				}
 			}()
-			_, log := drain(t, s, fq.sqs, r, cfg)
+			_, log := drain(t, s, fq.sqs, r, cfg, mopts...)
 
 			if ev := log.all(EventRetriesExhausted); len(ev) != 1 || ev[0].FirstSeq != a1.seq || ev[0].LastSeq != a2.seq {
 				t.Fatalf("given-up events %+v, want lane A's batch %s..%s", ev, a1.seq, a2.seq)
