@@ -34,7 +34,7 @@ func NewConsumer(ctx context.Context, p ProcessFunc, opts ...Option) (*Consumer,
 		return nil, err
 	}
 	return &Consumer{h: consumer.NewHandler(parts.Pipeline, cfg.Group, parts.Logger, consumer.WithMetrics(parts.Metrics),
-		consumer.WithLogPayloads(cfg.LogPayloads), consumer.WithStream(cfg.StreamName), consumer.WithFilter(cfg.RecordFilter))}, nil
+		consumer.WithLogPayloads(cfg.LogPayloads), consumer.WithStream(cfg.StreamName), consumer.WithStreamARN(cfg.StreamARN), consumer.WithFilter(cfg.RecordFilter))}, nil
 }
 
 // HandleJSON is what StartConsumer registers: it decodes the event record by record, so a

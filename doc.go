@@ -64,11 +64,13 @@
 //	LEDGER_TTL                  default 192h: ledger entry lifetime (at least 25h)
 //	LOG_PAYLOADS                default false: include payloads in log lines about failures
 //	STREAM_NAME                 the stream; reconciler: required unless STREAM_ARN is set
-//	STREAM_ARN                  reconciler: the stream's ARN (a stream in another account)
+//	STREAM_ARN                  the stream's ARN (a stream in another account); records and failure-queue messages of any other stream ARN are refused
 //	DEADLINE_MARGIN             consumer, default 3s: stop starting records this long before the deadline
 //	SETTLE_AFTER                reconciler, default 30m: only records older than this are judged gaps
 //	MAXIMUM_RECORD_AGE_SECONDS  reconciler, default -1: the mapping's MaximumRecordAgeInSeconds
 //	STARTING_POSITION           reconciler, default TRIM_HORIZON: the mapping's StartingPosition (LATEST: records before the group's start are out of scope)
+//	CONSUMER_FUNCTION_ARN       reconciler, default any: the mapping's function; failure-queue messages of another are refused
+//	PARALLELIZATION_FACTOR      reconciler, default 1: the mapping's ParallelizationFactor; a failure-queue range replays its batch's lane
 //	FAILURE_BUCKET              reconciler, optional: the mapping's S3 on-failure destination, the only bucket whose objects the failure queue's notifications may name
 //	RECORD_FILTER               default none: the mapping's FilterCriteria pattern; records it drops are never processed, and not gaps
 //	ON_PARK                     default continue: hold-key parks every later record of a parked record's key behind it, in order

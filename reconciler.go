@@ -54,8 +54,14 @@ func NewReconciler(ctx context.Context, p ProcessFunc, opts ...Option) (*Reconci
 	parts.Logger.Info("records past the checkpoint mirror are verified once older than tail_after",
 		"group", cfg.Group, "tail_after", reconcile.TailAfter(cfg.MaxRecordAge, cfg.SettleAfter).String(),
 		"maximum_record_age_seconds", ageSeconds, "unlimited_age_capped_at", reconcile.TailAgeCap.String())
-	// The failure queue's untried messages go back to it (the record's eventSourceARN names it).
+	if cfg.ConsumerFunction == "" {
+		parts.Logger.Warn("failure-queue messages are accepted from any function: set "+config.EnvConsumerFunction+" to the consumer function's ARN",
+			"group", cfg.Group)
+	}
+	// The failure queue's untried messages go back to it (the record's eventSourceARN names it);
+	// only the mapping's own messages are believed, and a range replays only its batch's lane.
 	hopts := []reconcile.HandlerOption{reconcile.WithRelease(sqs.NewFromConfig(parts.AWS)),
+		reconcile.WithConsumerFunction(cfg.ConsumerFunction), reconcile.WithLanes(cfg.ParallelizationFactor),
 		// Operator commands (gapless redrive, gapless replay) run here, with this Process and
 		// this configuration.
 		reconcile.WithCommands(o.newRedriver(cfg, p, parts), cfg.OnPark)}

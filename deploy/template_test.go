@@ -177,6 +177,8 @@ var (
 		"ConsumerFunction": with(commonEnv, map[string][]string{
 			// optional for the consumer: records of another stream are rejected, naming both
 			config.EnvStreamName: {"Stream", "StreamArn"},
+			// the same stream by ARN: records of a same-named stream elsewhere are refused
+			config.EnvStreamARN: {"Stream.Arn", "StreamArn"},
 		}),
 		"ReconcilerFunction": with(commonEnv, map[string][]string{
 			// the created stream's name, or the name part of StreamArn
@@ -189,6 +191,9 @@ var (
 			// the same parameter as the mapping's StartingPosition: the scope of a lineage the
 			// mapping never checkpointed
 			config.EnvStartingPosition: {"StartingPosition"},
+			// failure-queue messages of another function are refused; ranges replay one lane
+			config.EnvConsumerFunction:      {"ConsumerFunction.Arn"},
+			config.EnvParallelizationFactor: {"ParallelizationFactor"},
 			// the S3 on-failure destination, the only bucket the reconciler reads objects
 			// from ("" with the SQS destination)
 			config.EnvFailureBucket: {"=", "FailureBucket"},

@@ -38,6 +38,12 @@ const (
 	EnvSettleAfter       = "SETTLE_AFTER"
 	EnvMaxRecordAge      = "MAXIMUM_RECORD_AGE_SECONDS"
 	EnvOnPark            = "ON_PARK"
+	// EnvConsumerFunction is the function the mapping invokes (its ARN, or its name), given to
+	// the reconciler: a failure-queue message naming another function is refused.
+	EnvConsumerFunction = "CONSUMER_FUNCTION_ARN"
+	// EnvParallelizationFactor is the mapping's ParallelizationFactor, given to the reconciler:
+	// a failure-queue range is replayed only in the lane of the batch the mapping gave up.
+	EnvParallelizationFactor = "PARALLELIZATION_FACTOR"
 	// EnvFailureBucket names the mapping's S3 on-failure destination (reconciler, optional).
 	EnvFailureBucket = "FAILURE_BUCKET"
 	// EnvStartingPosition is the mapping's StartingPosition, given to the reconciler: it decides
@@ -93,6 +99,14 @@ const (
 // submatch is the stream name. template.yaml's StreamArn parameter uses the same pattern.
 var StreamARNPattern = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/([a-zA-Z0-9_.-]{1,128})$`)
 
+// FunctionPattern matches a Lambda function name (1-64 letters, digits, '-' and '_') or a
+// function ARN, unqualified or with a version or alias (CreateEventSourceMapping's
+// FunctionName, https://docs.aws.amazon.com/lambda/latest/api/API_CreateEventSourceMapping.html).
+var FunctionPattern = regexp.MustCompile(`^([a-zA-Z0-9-_]{1,64}|arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:[0-9]{12}:function:[a-zA-Z0-9-_]{1,64}(:(\$LATEST|[a-zA-Z0-9-_]+))?)$`)
+
+// MaxParallelizationFactor is ParallelizationFactor's maximum (CreateEventSourceMapping).
+const MaxParallelizationFactor = 10
+
 // ConsumerRequired and ReconcilerRequired list the variables without defaults. The reconciler
 // takes STREAM_ARN in place of STREAM_NAME too (see LoadReconciler).
 var (
@@ -131,6 +145,10 @@ type Consumer struct {
 	// records of another stream, naming both, and takes events whose eventSourceARN names no
 	// stream (`sam local generate-event` sample events) to come from it.
 	StreamName string
+	// StreamARN (STREAM_ARN, optional) is the same stream by full ARN: a record whose
+	// eventSourceARN names another stream, a same-named one in another account or region
+	// included, is refused (consumer.WithStreamARN). Its name part must be STREAM_NAME.
+	StreamARN string
 }
 
 // Reconciler is the reconciler function's configuration.
@@ -154,6 +172,13 @@ type Reconciler struct {
 	// TRIM_HORIZON every record of a shard the mapping never checkpointed is in scope; with
 	// LATEST only those that arrived after the group's scope start (docs/reconciler.md).
 	StartingPosition string
+	// ConsumerFunction (CONSUMER_FUNCTION_ARN, optional: the function's ARN or name) is the
+	// function the mapping invokes: a failure-queue message whose requestContext.functionArn
+	// names another function is refused. Unset, the function is not checked.
+	ConsumerFunction string
+	// ParallelizationFactor (PARALLELIZATION_FACTOR, 1-10, default 1) is the mapping's: a
+	// failure-queue range is replayed only in the lane of the batch the mapping gave up.
+	ParallelizationFactor int
 	// FailureBucket (FAILURE_BUCKET, optional) is the mapping's S3 on-failure destination: the
 	// only bucket whose objects the failure queue's S3 event notifications may name.
 	FailureBucket string
@@ -163,7 +188,16 @@ type Reconciler struct {
 func LoadConsumer(getenv func(string) string, opts ...LoadOption) (Consumer, error) {
 	p := newParser(getenv, opts)
 	c := Consumer{Common: p.common(), DeadlineMargin: p.duration(EnvDeadlineMargin, DefaultDeadlineMargin),
-		StreamName: strings.TrimSpace(getenv(EnvStreamName))}
+		StreamName: strings.TrimSpace(getenv(EnvStreamName)), StreamARN: strings.TrimSpace(getenv(EnvStreamARN))}
+	switch m := StreamARNPattern.FindStringSubmatch(c.StreamARN); {
+	case c.StreamARN == "":
+	case m == nil:
+		p.fail(EnvStreamARN, c.StreamARN, "is not a Kinesis data stream ARN (arn:aws:kinesis:<region>:<account>:stream/<name>)")
+	case c.StreamName != "" && c.StreamName != m[1]:
+		p.fail(EnvStreamName, c.StreamName, "names another stream than "+EnvStreamARN+"="+c.StreamARN)
+	case c.StreamName == "":
+		c.StreamName = m[1]
+	}
 	p.streamName(c.StreamName)
 	return c, p.err()
 }
@@ -203,6 +237,10 @@ func LoadReconciler(getenv func(string) string, opts ...LoadOption) (Reconciler,
 		r.StreamName = m[1]
 	}
 	p.streamName(r.StreamName)
+	if r.ConsumerFunction = strings.TrimSpace(getenv(EnvConsumerFunction)); r.ConsumerFunction != "" && !FunctionPattern.MatchString(r.ConsumerFunction) {
+		p.fail(EnvConsumerFunction, r.ConsumerFunction, "is not a Lambda function name or ARN (arn:aws:lambda:<region>:<account>:function:<name>)")
+	}
+	r.ParallelizationFactor = p.intIn(EnvParallelizationFactor, 1, 1, MaxParallelizationFactor)
 	if r.FailureBucket = strings.TrimSpace(getenv(EnvFailureBucket)); r.FailureBucket != "" && !validBucket(r.FailureBucket) {
 		p.fail(EnvFailureBucket, r.FailureBucket, "is not an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit)")
 	}

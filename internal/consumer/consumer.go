@@ -33,6 +33,9 @@ const (
 	MetricCheckpointRacesLost     = "CheckpointRacesLost"
 	MetricLedgerWriteFailures     = "LedgerWriteFailures"
 	MetricRecordsRejected         = "RecordsRejected"
+	// MetricRecordsOfAnotherStream counts records refused because their eventSourceARN names
+	// another stream than STREAM_ARN (see WithStreamARN).
+	MetricRecordsOfAnotherStream = "RecordsOfAnotherStream"
 	// In-flight markers (docs/consumer.md): records skipped because another live invocation
 	// holds them, records not run while isolating a killer, calls abandoned at the deadline,
 	// records parked because invocations died running them, dead markers seen, and marker
@@ -56,6 +59,7 @@ type Handler struct {
 	metrics     *metrics.Emitter
 	logPayloads bool
 	stream      string         // STREAM_NAME, "" when not configured (see buildPlan)
+	streamARN   string         // STREAM_ARN, "" when not configured (see WithStreamARN)
 	filter      *filter.Filter // RECORD_FILTER (see WithFilter)
 	maxUsers    int            // user records per batch (WithMaxBatchUserRecords)
 }
@@ -78,6 +82,17 @@ func WithLogPayloads(on bool) Option { return func(h *Handler) { h.logPayloads =
 // eventSourceARN names no stream (SAM's sample events) are taken to come from it, and records
 // of another stream are rejected, naming both.
 func WithStream(name string) Option { return func(h *Handler) { h.stream = name } }
+
+// WithStreamARN names, by full ARN, the stream the function's mapping reads (STREAM_ARN): a
+// record whose eventSourceARN names another stream (a same-named stream of another account or
+// region included; an enhanced fan-out consumer's ARN counts as its stream's) is refused. It
+// is not the group's record, so it is left out of the batch: never processed, never written to
+// the ledger or the checkpoint mirror (its shard id and sequence number could equal one of the
+// group's own records, which the ledger would then skip), and it does not fail the batch: no
+// retry can make it the group's, and failing would hold the shard of whoever sent it (another
+// mapping on this function, or a direct invocation). Each is an ERROR line and counted
+// (RecordsOfAnotherStream). Records whose ARN names no stream are left to WithStream's rule.
+func WithStreamARN(arn string) Option { return func(h *Handler) { h.streamARN = arn } }
 
 // NewHandler returns the handler for group (GAPLESS_GROUP). logger should be NewLogger's (JSON,
 // request_id from the Lambda context); nil discards logs.
@@ -114,6 +129,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.KinesisEvent) (events.Ki
 // handle runs the event's records; it drops *recs once the batch is built.
 func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisEventResponse, error) {
 	start := time.Now()
+	foreign := h.refuseForeign(ctx, recs)
 	maxUsers := h.maxUsers
 	if maxUsers <= 0 {
 		maxUsers = DefaultMaxBatchUserRecords
@@ -128,7 +144,12 @@ func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisE
 	log := h.log.With("group", h.group, "stream", b.Shard.Stream, "shard_id", b.Shard.ShardID)
 	b.Records = h.unfiltered(ctx, log, b.Records)
 	if n == 0 {
-		log.InfoContext(ctx, "empty event: nothing to do")
+		if foreign > 0 {
+			h.emit(ctx, log, b, pipeline.Result{}, false, 0, 0, foreign)
+			log.InfoContext(ctx, "no record of the event is of this function's stream: nothing to do", "refused", foreign)
+		} else {
+			log.InfoContext(ctx, "empty event: nothing to do")
+		}
 		return events.KinesisEventResponse{}, nil
 	}
 	for _, rj := range pl.rejected {
@@ -175,7 +196,7 @@ func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisE
 	case pl.cutAt != "":
 		failure = pl.cutAt
 	}
-	h.emit(ctx, log, b, res, runErr != nil, len(pl.rejected), pl.cut)
+	h.emit(ctx, log, b, res, runErr != nil, len(pl.rejected), pl.cut, foreign)
 
 	attrs := []any{"records", n, "user_records", len(b.Records), "processed", res.Processed,
 		"duplicates_skipped", res.DuplicatesSkipped, "failed", res.Failed, "parked", res.Parked,
@@ -183,7 +204,7 @@ func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisE
 		"checkpoint", res.CheckpointSeq, "checkpoint_advanced", res.CheckpointAdvanced,
 		"checkpoint_race_lost", res.CheckpointRaceLost, "reported_failure", failure,
 		"held", res.InFlightSkipped, "isolated", res.Isolated, "abandoned", res.Abandoned,
-		"dead_markers", res.DeadMarkers, "isolation_window", res.IsolationWindow,
+		"dead_markers", res.DeadMarkers, "isolation_window", res.IsolationWindow, "other_stream_refused", foreign,
 		"duration_ms", time.Since(start).Milliseconds()}
 	if failure == "" && (runErr != nil || len(pl.rejected) > 0 || res.Failed > 0) {
 		// Only possible when no record of the event has any sequence number: return an error so
@@ -200,7 +221,29 @@ func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisE
 	return events.KinesisEventResponse{BatchItemFailures: []events.KinesisBatchItemFailure{{ItemIdentifier: failure}}}, nil
 }
 
-func (h *Handler) emit(ctx context.Context, log *slog.Logger, b *pipeline.Batch, res pipeline.Result, ledgerFailed bool, rejected, cut int) {
+// refuseForeign removes from *recs the records whose eventSourceARN names another stream than
+// the configured STREAM_ARN (see WithStreamARN), logging each, and returns how many.
+func (h *Handler) refuseForeign(ctx context.Context, recs *[]inRecord) int {
+	if h.streamARN == "" {
+		return 0
+	}
+	kept := (*recs)[:0]
+	refused := 0
+	for _, r := range *recs {
+		if _, names := streamOf(r.arn); names && streamARNOf(r.arn) != h.streamARN {
+			refused++
+			h.log.ErrorContext(ctx, "record of another stream refused: not processed, not recorded, not failed",
+				"group", h.group, "event_source_arn", clip(r.arn), "stream_arn", h.streamARN,
+				"sequence_number", clip(r.seq), "event_id", clip(r.eventID), "metric", MetricRecordsOfAnotherStream)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	*recs = kept
+	return refused
+}
+
+func (h *Handler) emit(ctx context.Context, log *slog.Logger, b *pipeline.Batch, res pipeline.Result, ledgerFailed bool, rejected, cut, foreign int) {
 	if h.metrics == nil {
 		return
 	}
@@ -227,6 +270,7 @@ func (h *Handler) emit(ctx context.Context, log *slog.Logger, b *pipeline.Batch,
 		metrics.Metric{Name: MetricLedgerWriteFailures, Value: b2f(ledgerFailed)},
 		metrics.Metric{Name: MetricRecordsRejected, Value: float64(rejected)},
 		metrics.Metric{Name: MetricRecordsDeferred, Value: float64(cut)},
+		metrics.Metric{Name: MetricRecordsOfAnotherStream, Value: float64(foreign)},
 		metrics.Metric{Name: MetricRecordsHeld, Value: float64(res.InFlightSkipped)},
 		metrics.Metric{Name: MetricRecordsIsolated, Value: float64(res.Isolated)},
 		metrics.Metric{Name: MetricRecordsAbandoned, Value: float64(res.Abandoned)},

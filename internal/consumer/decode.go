@@ -283,6 +283,17 @@ func streamOf(arn string) (string, bool) {
 	return name, true
 }
 
+// streamARNOf returns the stream ARN part of an eventSourceARN: an enhanced fan-out
+// consumer's ARN (…:stream/NAME/consumer/C:T) without the consumer.
+func streamARNOf(arn string) string {
+	if i := strings.Index(arn, ":stream/"); i >= 0 {
+		if j := strings.IndexByte(arn[i+len(":stream/"):], '/'); j >= 0 {
+			return arn[:i+len(":stream/")+j]
+		}
+	}
+	return arn
+}
+
 // buildPlan validates the records and builds the batch for group:
 //   - The batch's shard and stream are those of the first record whose eventID and
 //     eventSourceARN both parse. Lambda never mixes shards in one batch; a record naming another

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/metrics"
@@ -31,10 +33,13 @@ type Handler struct {
 	log  *slog.Logger
 
 	release    releaseAPI
+	function   string // WithConsumerFunction
+	lanes      int    // WithLanes
 	minAttempt time.Duration
 	reserve    time.Duration
-	queueURLs  sync.Map // event source ARN -> queue URL
-	cmds       commands // operator commands (command.go)
+	queueURLs  sync.Map     // event source ARN -> queue URL
+	streamARN  atomic.Value // the stream's ARN from Kinesis (see ownStream)
+	cmds       commands     // operator commands (command.go)
 
 	objects       objectAPI // WithFailureBucket (s3object.go)
 	failureBucket string
@@ -67,6 +72,15 @@ func WithMinAttempt(d time.Duration) HandlerOption { return func(h *Handler) { h
 // WithReleaseReserve sets the time kept, before the invocation's deadline, for releasing the
 // untried messages after a replay (default 2s): a replay's context ends that much earlier.
 func WithReleaseReserve(d time.Duration) HandlerOption { return func(h *Handler) { h.reserve = d } }
+
+// WithConsumerFunction names the function the mapping invokes (CONSUMER_FUNCTION_ARN: its ARN,
+// or its name): a message whose requestContext.functionArn names another function is refused.
+// Unset, any function is accepted.
+func WithConsumerFunction(fn string) HandlerOption { return func(h *Handler) { h.function = fn } }
+
+// WithLanes sets the mapping's ParallelizationFactor (PARALLELIZATION_FACTOR): a range is
+// replayed only in the lane of the batch the mapping gave up (see ReplayFailed).
+func WithLanes(n int) HandlerOption { return func(h *Handler) { h.lanes = n } }
 
 // NewHandler wires a Handler.
 func NewHandler(r *Reconciler, emit Emitter, log *slog.Logger, opts ...HandlerOption) *Handler {
@@ -169,6 +183,7 @@ func (h *Handler) HandleSchedule(ctx context.Context) (Summary, error) {
 func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSEventResponse {
 	var resp events.SQSEventResponse
 	var total ShardReport
+	refused := 0
 	deadline, hasDeadline := ctx.Deadline()
 	for i, msg := range ev.Records {
 		fail := func(reason string, args ...any) {
@@ -192,6 +207,9 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 			// An S3 on-failure destination's object, named by the bucket's event notification
 			// (s3object.go).
 			if err := h.handleObjectNotification(ctx, msg, deadline, hasDeadline, &total); err != nil {
+				if errors.Is(err, ErrOtherStream) || errors.Is(err, ErrOtherFunction) || errors.Is(err, ErrRangeRefused) {
+					refused++ // not the mapping's: FailureMessageRefused, as for a message
+				}
 				fail("S3 notification on the failure queue not accounted for: it will be retried or left for the dead-letter queue", "error", err)
 			}
 			continue
@@ -202,18 +220,37 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 			continue
 		}
 		b := m.KinesisBatchInfo
-		if b.StreamName() != h.r.cfg.Stream {
-			fail("on-failure message names another stream: left for the dead-letter queue", "stream", b.StreamName())
+		refuse := func(reason string, args ...any) {
+			refused++
+			fail("on-failure message refused: "+reason+"; left for the dead-letter queue", append([]any{"stream_arn", b.StreamARN,
+				"function_arn", m.RequestContext.FunctionARN, "shard_id", b.ShardID, "start_sequence_number", b.StartSequenceNumber,
+				"end_sequence_number", b.EndSequenceNumber, "metric", MetricFailureMessageRefused}, args...)...)
+		}
+		own, err := h.ownStream(ctx)
+		switch {
+		case err != nil:
+			fail("the stream's ARN is unknown: the message is retried", "error", err)
+			continue
+		case own != "" && b.StreamARN != own:
+			refuse("it names another stream", "own_stream_arn", own)
+			continue
+		case own == "" && b.StreamName() != h.r.cfg.Stream:
+			refuse("it names another stream", "stream", b.StreamName())
+			continue
+		case !sameFunction(h.function, m.RequestContext.FunctionARN):
+			refuse("it names another function than the mapping's", "own_function", h.function)
 			continue
 		}
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		if hasDeadline {
 			rctx, cancel = context.WithDeadline(ctx, deadline.Add(-h.reserve))
 		}
-		rep, err := h.r.ReplayRange(rctx, b.ShardID, b.StartSequenceNumber, b.EndSequenceNumber)
+		rep, err := h.r.ReplayFailed(rctx, FailedRange{ShardID: b.ShardID, From: b.StartSequenceNumber, To: b.EndSequenceNumber, Lanes: h.lanes})
 		cancel()
 		total.add(rep.ShardReport)
 		switch {
+		case err == nil && rep.Refused != "":
+			refuse(rep.Refused, "gaps_replayed", rep.GapsReplayed)
 		case err != nil:
 			fail("replaying an on-failure range failed; it will be retried", "shard_id", b.ShardID,
 				"start_sequence_number", b.StartSequenceNumber, "end_sequence_number", b.EndSequenceNumber, "error", err)
@@ -226,8 +263,60 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 				"batch_size", b.BatchSize, "gaps_replayed", rep.GapsReplayed, "parked", rep.Parked)
 		}
 	}
-	h.emitReport(total, -1)
+	h.emitReport(total, -1, metrics.Metric{Name: MetricFailureMessageRefused, Value: float64(refused), Unit: metrics.Count})
 	return resp
+}
+
+// MetricFailureMessageRefused counts the failure-queue messages HandleSQS refused: not of the
+// mapping's stream (by full ARN) or function, or naming a range the mapping cannot have given
+// up (see ReplayFailed).
+const MetricFailureMessageRefused = "FailureMessageRefused"
+
+// describer is the Kinesis call that names the stream's ARN when the configuration does not
+// (*kinesis.Client).
+type describer interface {
+	DescribeStreamSummary(context.Context, *kinesis.DescribeStreamSummaryInput, ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error)
+}
+
+// ownStream returns the stream's full ARN: Config.StreamARN, or the one Kinesis names for
+// Config.Stream (asked once). "" when the Kinesis client cannot say (then only the name is
+// compared).
+func (h *Handler) ownStream(ctx context.Context) (string, error) {
+	if h.r.cfg.StreamARN != "" {
+		return h.r.cfg.StreamARN, nil
+	}
+	if v, ok := h.streamARN.Load().(string); ok {
+		return v, nil
+	}
+	d, ok := h.r.kin.(describer)
+	if !ok {
+		return "", nil
+	}
+	out, err := d.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(h.r.cfg.Stream)})
+	if err != nil {
+		return "", fmt.Errorf("reconcile: DescribeStreamSummary %s: %w", h.r.cfg.Stream, err)
+	}
+	arn := aws.ToString(out.StreamDescriptionSummary.StreamARN)
+	h.streamARN.Store(arn)
+	return arn, nil
+}
+
+// sameFunction reports whether got (a message's requestContext.functionArn) names the function
+// want (a function name, or its ARN; "" accepts any). Qualifiers (a version or alias) are
+// ignored: they are the same function.
+func sameFunction(want, got string) bool {
+	if want == "" {
+		return true
+	}
+	parts := strings.Split(got, ":")
+	if len(parts) < 7 || len(parts) > 8 || parts[0] != "arn" || parts[2] != "lambda" || parts[5] != "function" {
+		return false
+	}
+	if !strings.HasPrefix(want, "arn:") {
+		return parts[6] == want
+	}
+	w := strings.Split(want, ":")
+	return len(w) >= 7 && strings.Join(w[:7], ":") == strings.Join(parts[:7], ":")
 }
 
 // ErrNoRelease is wrapped by a release that cannot be made (no SQS client, or a record without
@@ -275,7 +364,7 @@ func (h *Handler) queueURL(ctx context.Context, arn string) (string, error) {
 	return url, nil
 }
 
-func (h *Handler) emitReport(s ShardReport, lagSeconds float64) {
+func (h *Handler) emitReport(s ShardReport, lagSeconds float64, extra ...metrics.Metric) {
 	if h.emit == nil {
 		return
 	}
@@ -293,6 +382,7 @@ func (h *Handler) emitReport(s ShardReport, lagSeconds float64) {
 	if lagSeconds >= 0 {
 		ms = append(ms, metrics.Metric{Name: "VerifiedLagSeconds", Value: lagSeconds, Unit: metrics.Seconds})
 	}
+	ms = append(ms, extra...)
 	if err := h.emit.Emit(ms...); err != nil {
 		h.log.Warn("emitting metrics failed", "error", err)
 	}

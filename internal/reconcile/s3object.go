@@ -47,6 +47,8 @@ var (
 	ErrOtherBucket     = errors.New("reconcile: S3 notification names another bucket than the failure bucket")
 	ErrObjectTooLarge  = errors.New("reconcile: on-failure object larger than an invocation record can be")
 	ErrOtherStream     = errors.New("reconcile: on-failure object names another stream")
+	ErrOtherFunction   = errors.New("reconcile: on-failure object names another function than the mapping's")
+	ErrRangeRefused    = errors.New("reconcile: on-failure range refused: not one the mapping can have given up")
 )
 
 // handleObjectNotification consumes one failure-queue message that is an S3 event notification.
@@ -80,11 +82,13 @@ func (h *Handler) handleObjectNotification(ctx context.Context, msg events.SQSMe
 		if hasDeadline {
 			rctx, cancel = context.WithDeadline(ctx, deadline.Add(-h.reserve))
 		}
-		rep, err := h.r.ReplayObject(rctx, m)
+		rep, err := h.r.ReplayObject(rctx, m, h.lanes)
 		cancel()
 		total.add(rep.ShardReport)
 		b := m.KinesisBatchInfo
 		switch {
+		case err == nil && rep.Refused != "":
+			return fmt.Errorf("%w: object %s: %s", ErrRangeRefused, o.Key, rep.Refused)
 		case err != nil:
 			return fmt.Errorf("replaying on-failure object %s: %w", o.Key, err)
 		case !rep.Accounted:
@@ -120,8 +124,15 @@ func (h *Handler) readObject(ctx context.Context, key string) (onfailure.Message
 		return onfailure.Message{}, err
 	}
 	b := m.KinesisBatchInfo
-	if b.StreamName() != h.r.cfg.Stream || (h.r.cfg.StreamARN != "" && b.StreamARN != h.r.cfg.StreamARN) {
+	own, err := h.ownStream(ctx)
+	if err != nil {
+		return onfailure.Message{}, err
+	}
+	if b.StreamName() != h.r.cfg.Stream || (own != "" && b.StreamARN != own) {
 		return onfailure.Message{}, fmt.Errorf("%w: %s", ErrOtherStream, b.StreamARN)
+	}
+	if !sameFunction(h.function, m.RequestContext.FunctionARN) {
+		return onfailure.Message{}, fmt.Errorf("%w: %s", ErrOtherFunction, m.RequestContext.FunctionARN)
 	}
 	return m, nil
 }
@@ -137,7 +148,11 @@ func (h *Handler) readObject(ctx context.Context, key string) (onfailure.Message
 // what its records were, not that no other record of the shard lay between the verified
 // watermark and the range (other lanes' records, records dropped unseen): that span keeps its
 // LostToRetention count and alarm, but the records the object holds are processed.
-func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message) (RangeReport, error) {
+//
+// While the stream holds the range it is replayed as an SQS message's (ReplayFailed, with the
+// mapping's ParallelizationFactor lanes): after the watermark, within the scope, bounded by the
+// checkpoint, and only its batch's lane; a refusal is RangeReport.Refused.
+func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lanes int) (RangeReport, error) {
 	b := m.KinesisBatchInfo
 	trimmed, gone, err := r.trimmedAt(ctx, b.ShardID, b.StartSequenceNumber)
 	if err != nil {
@@ -161,8 +176,8 @@ func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message) (Ran
 		return r.ReplayObjectRecords(ctx, m)
 	}
 	if !trimmed {
-		rep, err := r.ReplayRange(ctx, b.ShardID, b.StartSequenceNumber, b.EndSequenceNumber)
-		if err != nil || rep.LostSpans == 0 {
+		rep, err := r.ReplayFailed(ctx, FailedRange{ShardID: b.ShardID, From: b.StartSequenceNumber, To: b.EndSequenceNumber, Lanes: lanes})
+		if err != nil || rep.LostSpans == 0 || rep.Refused != "" {
 			return rep, err
 		}
 		// The stream trimmed the range between the look and the read: the object still has

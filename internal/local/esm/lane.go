@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/ctxtime"
+	"github.com/gapless-dev/gapless/internal/lanes"
 	"github.com/gapless-dev/gapless/internal/onfailure"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
@@ -22,6 +23,11 @@ var (
 	// ErrPayloadTooLarge marks a single record whose event exceeds MaxPayloadBytes.
 	ErrPayloadTooLarge = errors.New("esm: invocation payload too large")
 )
+
+// LaneOf maps a partition key to one of n lanes: the mapping's rule, lanes.Of (one definition,
+// shared with the reconciler). Records of one key always share a lane, so per-key order is kept
+// with ParallelizationFactor > 1.
+func LaneOf(key string, n int) int { return lanes.Of(key, n) }
 
 // lane is one of a shard's ParallelizationFactor concurrent batch streams. It receives the
 // shard's records of the partition keys hashed to it, in sequence order, invokes them in

@@ -2,11 +2,9 @@ package esm
 
 import (
 	"bytes"
-	"crypto/md5"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -126,18 +124,6 @@ func cut(queue []*record, batchSize, maxBytes int) (n int, full bool) {
 		size += add
 	}
 	return len(queue), len(queue) == batchSize
-}
-
-// LaneOf maps a partition key to one of n lanes: the key's MD5 as a 128-bit unsigned integer
-// (as Kinesis hashes keys to shards), modulo n. Records of one key always share a lane, so
-// per-key order is kept with ParallelizationFactor > 1.
-func LaneOf(key string, n int) int {
-	if n <= 1 {
-		return 0
-	}
-	sum := md5.Sum([]byte(key))
-	h := new(big.Int).SetBytes(sum[:])
-	return int(h.Mod(h, big.NewInt(int64(n))).Int64())
 }
 
 // ErrBadResponse marks a function response that Lambda treats as a complete batch failure.
