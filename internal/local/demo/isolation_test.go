@@ -51,6 +51,10 @@ func TestConsumerIsolatesKillers(t *testing.T) {
 		t.Errorf("the mapping gave up %d records (%d retries exhausted): the consumer did not isolate the killers in time",
 			g.Mapping.RecordsGivenUp, g.Mapping.RetriesExhausted)
 	}
+	if g.Killers.ParkedByConsumer != crash+hang || g.Killers.ParkedByReconciler != 0 {
+		t.Errorf("killers parked by the consumer %d, by the reconciler %d; want all %d by the consumer",
+			g.Killers.ParkedByConsumer, g.Killers.ParkedByReconciler, crash+hang)
+	}
 	for _, k := range g.Killers.Records {
 		if k.Fate != fateParked {
 			t.Errorf("%s killer %s: fate %q, want parked by the consumer", k.Kind, k.ID, k.Fate)

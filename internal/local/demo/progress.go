@@ -28,7 +28,8 @@ func newProgress(w io.Writer) *progress {
 			tty = true
 		}
 	}
-	p := &progress{w: w, tty: tty, width: func() int { return defaultColumns }}
+	// Off a terminal a status line is a log line of its own: no width to fit.
+	p := &progress{w: w, tty: tty, width: func() int { return 1 << 20 }}
 	if f, ok := w.(*os.File); ok && tty {
 		p.width = func() int { return columns(os.Getenv("COLUMNS"), ttyColumns(f)) }
 	}

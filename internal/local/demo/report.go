@@ -838,6 +838,8 @@ func killerSection(res *Result) string {
 	line("produced", KillerStats.Produced)
 	line("delivered", func(k KillerStats) int { return k.Delivered })
 	line("parked with their payload", func(k KillerStats) int { return k.Parked })
+	line("  of which by the consumer (isolated under the mapping's retries)", func(k KillerStats) int { return k.ParkedByConsumer })
+	line("  of which by the reconciler (after the mapping gave up)", func(k KillerStats) int { return k.ParkedByReconciler })
 	line("given up by the mapping: retries exhausted", func(k KillerStats) int { return k.GivenUpRetry })
 	line("given up by the mapping: record age", func(k KillerStats) int { return k.GivenUpAge })
 	line("held: still retried, lane blocked, when the run ended", func(k KillerStats) int { return k.Held })
