@@ -152,7 +152,9 @@ func newCrashSim(t *testing.T, c pipeline.Config, killers ...int) *crashSim {
 		}
 		return s.rec.process(ctx, r)
 	}
-	s.p = s.e.pipeline(t, process, c, pipeline.WithClock(func() time.Time { return time.Unix(0, s.clock.Load()) }))
+	// No wait before the lane rule: the sim's mapping never races a second one.
+	s.p = s.e.pipeline(t, process, c, pipeline.WithClock(func() time.Time { return time.Unix(0, s.clock.Load()) }),
+		pipeline.WithEndedConfirm(0))
 	return s
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,7 +135,7 @@ func TestIsolationKeepsWhatItProcessed(t *testing.T) {
 				return errs
 			}
 			s.p = s.e.pipeline(t, s.rec.process, c, pipeline.WithClock(func() time.Time { return time.Unix(0, s.clock.Load()) }),
-				pipeline.WithBatchSink(sink, 10))
+				pipeline.WithBatchSink(sink, 10), pipeline.WithEndedConfirm(0))
 			given, ok := s.driveMapping(batch(n, func(i int) string { return fmt.Sprint("k", i%4) }), 10, 200)
 			if !ok || len(given) > 0 {
 				t.Fatalf("blocked %v, given up %d", !ok, len(given))
@@ -153,5 +155,57 @@ func TestIsolationKeepsWhatItProcessed(t *testing.T) {
 				t.Errorf("parked %+v, want only the killer", p)
 			}
 		})
+	}
+}
+
+// TestRacingMappingCompletesWithinTheConfirmWait: B, an invocation of a second mapping on the
+// same stream, gets the batch A (the first mapping's invocation) is still running. The lane
+// rule would take A's marker for a death; B first waits DefaultEndedConfirm-like, A completes
+// meanwhile, and B skips every record as done: no death counted, nothing processed twice.
+func TestRacingMappingCompletesWithinTheConfirmWait(t *testing.T) {
+	e := newEnv()
+	release := make(chan struct{})
+	var lookups atomic.Int32
+	e.ledger.Fail = func(op string) error {
+		if op == "lookup" && lookups.Add(1) == 2 { // B's first lookup: let A finish during B's wait
+			close(release)
+		}
+		return nil
+	}
+	rec := &recorder{}
+	entered := make(chan struct{})
+	var once sync.Once
+	process := func(ctx context.Context, r pipeline.Record) error {
+		once.Do(func() { close(entered); <-release })
+		return rec.process(ctx, r)
+	}
+	c := cfg()
+	p := e.pipeline(t, process, c, pipeline.WithEndedConfirm(time.Second))
+	b := batch(6, oneKey)
+	aDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := p.Run(ctx, b)
+		aDone <- err
+	}()
+	<-entered
+	time.Sleep(5 * time.Millisecond) // B starts strictly later than A
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resB, err := p.Run(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	if resB.DuplicatesSkipped != 6 || resB.Processed != 0 || resB.DeadMarkers != 0 || resB.Failed != 0 {
+		t.Errorf("B: %+v, want all 6 skipped as done by A, no death", resB)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.calls) != 6 {
+		t.Errorf("%d Process calls, want 6 (each record once)", len(rec.calls))
 	}
 }

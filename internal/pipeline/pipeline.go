@@ -282,7 +282,9 @@ type Pipeline struct {
 	log        *slog.Logger
 	now        func() time.Time
 	lease      time.Duration
-	holder     Holder // ON_PARK=hold-key (hold.go); nil: continue
+	// endedConfirm: the wait before the lane rule takes a lease-live marker for dead (progress.go).
+	endedConfirm time.Duration
+	holder       Holder // ON_PARK=hold-key (hold.go); nil: continue
 }
 
 // Option configures a Pipeline.
@@ -309,7 +311,7 @@ func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process Proces
 	}
 	p := &Pipeline{
 		ledger: ledger, checkpoint: checkpointer, parker: parker, process: process, cfg: cfg,
-		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease,
+		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease, endedConfirm: DefaultEndedConfirm,
 	}
 	for _, o := range opts {
 		o(p)
@@ -466,6 +468,7 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 		mk.release(ctx)
 		return res, fmt.Errorf("%w: lookup %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
 	}
+	view = p.confirmEnded(ctx, &b, view, mine, first, last) // progress.go
 
 	heads, err := holds.wait(ctx, &b, view, &res)
 	if err != nil {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
@@ -34,4 +35,56 @@ func (r *batchRun) saveProgress(ctx context.Context, idx []int) {
 		r.log.WarnContext(ctx, "saving the progress of an isolating run failed; a death now would process these records again",
 			"records", len(done), "error", err)
 	}
+}
+
+// DefaultEndedConfirm is how long a run waits, once, before it takes a marker for dead by the
+// lane rule (laneEnded) while the marker's lease still runs: a second mapping on the same
+// stream (a mapping being replaced) running the same batch at the same moment completes its
+// marker within that time in the common case, and its records are then skipped instead of
+// processed twice; the marker of an invocation that died is still uncompleted after it.
+const DefaultEndedConfirm = 1500 * time.Millisecond
+
+// WithEndedConfirm sets the wait before the lane rule takes a lease-live marker for dead
+// (default DefaultEndedConfirm; 0: no wait).
+func WithEndedConfirm(d time.Duration) Option { return func(p *Pipeline) { p.endedConfirm = d } }
+
+// confirmEnded looks the range up again after waiting, when view holds a marker the lane rule
+// takes for dead before its lease runs out. The wait ends early with ctx and leaves the
+// deadline margin untouched; the second lookup is one more round trip, on this path only. It
+// returns view itself when there is nothing to confirm or the second lookup fails.
+func (p *Pipeline) confirmEnded(ctx context.Context, b *Batch, view View, mine Marker, first, last string) View {
+	mv, ok := view.(MarkerView)
+	if !ok || p.endedConfirm <= 0 {
+		return view
+	}
+	now := p.now()
+	pending := false
+	for _, m := range mv.Markers() {
+		if m.Nonce != mine.Nonce && !m.Completed && now.Before(m.Deadline.Add(DeadGrace)) && laneEnded(m, mine, b) {
+			pending = true
+			break
+		}
+	}
+	if !pending {
+		return view
+	}
+	wait := p.endedConfirm
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)-2*p.cfg.DeadlineMargin)
+	}
+	if wait <= 0 {
+		return view
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return view
+	case <-t.C:
+	}
+	v2, err := p.ledger.Lookup(ctx, b.Shard, first, last)
+	if err != nil {
+		return view
+	}
+	return v2
 }
