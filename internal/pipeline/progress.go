@@ -31,6 +31,8 @@ func (r *batchRun) saveProgress(ctx context.Context, idx []int) {
 	}
 	slices.SortFunc(done, recordid.Compare)
 	e := Entry{First: r.b.Records[0].ID.Seq, Last: r.b.Records[len(r.b.Records)-1].ID.Seq, Done: done, Source: r.b.Source}
+	// Before the next round, not beside it: a write still in flight when the killer's wave
+	// takes the runtime down is lost with it.
 	if err := r.p.ledger.Record(ctx, r.b.Shard, e); err != nil {
 		r.log.WarnContext(ctx, "saving the progress of an isolating run failed; a death now would process these records again",
 			"records", len(done), "error", err)
@@ -42,7 +44,7 @@ func (r *batchRun) saveProgress(ctx context.Context, idx []int) {
 // stream (a mapping being replaced) running the same batch at the same moment completes its
 // marker within that time in the common case, and its records are then skipped instead of
 // processed twice; the marker of an invocation that died is still uncompleted after it.
-const DefaultEndedConfirm = 1500 * time.Millisecond
+const DefaultEndedConfirm = time.Second
 
 // WithEndedConfirm sets the wait before the lane rule takes a lease-live marker for dead
 // (default DefaultEndedConfirm; 0: no wait).
@@ -70,7 +72,11 @@ func (p *Pipeline) confirmEnded(ctx context.Context, b *Batch, view View, mine M
 	}
 	wait := p.endedConfirm
 	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(dl)-2*p.cfg.DeadlineMargin)
+		// A tenth of the time left at most: the wait must not leave the batch's records
+		// without the time to run (records not started fail, and each failed batch costs the
+		// mapping a retry).
+		left := time.Until(dl)
+		wait = min(wait, left/10, left-2*p.cfg.DeadlineMargin)
 	}
 	if wait <= 0 {
 		return view
