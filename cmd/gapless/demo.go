@@ -98,7 +98,7 @@ workload:
 	fs.StringVar(&cli.variants, "variants", "", "comma-separated variants to run (mapping-alone, checkpoint-decides, gapless) or all; they run in that order whatever the order given (default all; a soak: gapless)")
 	fs.BoolVar(&cfg.FullReport, "full-report", false, "keep everything in the report directory (SDK and emulator logs, bootstraps, every process's memory row)")
 	fs.StringVar(&cfg.Runtime, "runtime", cfg.Runtime, "gapless functions: auto, rie (bootstraps under the Lambda runtime interface emulator) or inprocess")
-	fs.DurationVar(&cfg.Timeout, "timeout", 0, "bound on the whole run (0: 10m plus --duration)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "bound on each variant's run, every variant its own (0: 10m plus --duration)")
 	fs.StringVar(&cfg.ReportsDir, "reports", "", "directory for demo-<timestamp>/ (default <repo>/reports)")
 	fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "DynamoDB and SQS emulators: dynalite (dynalite + fauxqs) or moto")
 	fs.BoolVar(&cli.reuse, "reuse-stack", false, "use the stack named by AWS_ENDPOINT_URL_KINESIS/_DYNAMODB/_SQS instead of starting one")
@@ -192,6 +192,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprint(stdout, demo.Table(res))
 	}
 	if !res.OK() {
+		if res.Incomplete && res.Lost == 0 {
+			return fmt.Errorf("%w: INCOMPLETE, %d records still pending when the run ended, none known lost (see %s)",
+				demo.ErrLost, res.Pending, res.ReportDir)
+		}
 		return fmt.Errorf("%w (lost %d, verified %v; see %s)", demo.ErrLost, res.Lost, res.Verified, res.ReportDir)
 	}
 	return nil

@@ -45,7 +45,10 @@ type Marker struct {
 
 // MarkerState is a marker as Lookup found it.
 type MarkerState struct {
-	Nonce             string
+	Nonce string
+	// First and Last are the sequence range the invocation was given (its batch; "" when the
+	// item's keys do not decode).
+	First, Last       string
 	IDs               []recordid.ID // its ids inside the looked-up range, sorted
 	Size              int           // all its ids, inside the range or not
 	Started, Deadline time.Time
@@ -164,6 +167,14 @@ func (b *rangeBuilder) addMarker(it map[string]types.AttributeValue, nonce strin
 		return fmt.Errorf("%s: %w", attrInFlight, err)
 	}
 	m := MarkerState{Nonce: nonce, Size: int(size), Started: st, Deadline: dl, Source: stringAttr(it, attrSource)}
+	if first, err := seqnum.Decode(stringAttr(it, attrFirstEnc)); err == nil {
+		m.First = first
+	}
+	if lastEnc, _, ok := strings.Cut(stringAttr(it, schema.SortKey), "#"); ok {
+		if last, err := seqnum.Decode(lastEnc); err == nil {
+			m.Last = last
+		}
+	}
 	digits := string(all)
 	m.IDs = make([]recordid.ID, len(raw))
 	for i, r := range raw {

@@ -44,7 +44,8 @@ func TestMarkers(t *testing.T) {
 	}
 	ga, gb := got["aaaa"], got["bbbb"]
 	if len(got) != 2 || ga.Completed || !gb.Completed || ga.Size != 4 || gb.Size != 4 ||
-		len(ga.IDs) != 2 || ga.IDs[0] != odd[1] || ga.IDs[1] != odd[2] || !ga.Deadline.Equal(dl) || !ga.Started.Equal(st) {
+		len(ga.IDs) != 2 || ga.IDs[0] != odd[1] || ga.IDs[1] != odd[2] || !ga.Deadline.Equal(dl) || !ga.Started.Equal(st) ||
+		ga.First != a.First || ga.Last != a.Last || gb.First != b.First || gb.Last != b.Last {
 		t.Fatalf("markers = %+v", r.Markers())
 	}
 	if r.Len() != 2 || r.Done(odd[1]) || !r.Done(even[1]) || r.Stats().Markers != 2 {

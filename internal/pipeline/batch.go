@@ -126,11 +126,14 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 		if gave.Load() {
 			return
 		}
+		sent := make([]int, 0, len(ready))
 		for _, k := range slices.Concat(calls...) {
+			sent = append(sent, head[k])
 			blocked[k] = r.outcomes[head[k]].status == statusFailed
 			behind[k] = r.nextBehind(&r.outcomes[head[k]], behind[k]) // parked: it holds its key
 			head[k], pos[k] = -1, pos[k]+1
 		}
+		r.saveProgress(ctx, sent) // progress.go
 	}
 }
 

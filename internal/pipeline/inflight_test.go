@@ -113,10 +113,17 @@ type crashSim struct {
 	crashed atomic.Bool
 	deaths  int
 	runs    int
+	// step is how far the clock moves before each invocation (default ten minutes: past any
+	// lease); timeout is each invocation's deadline (default five minutes). A hang killer
+	// moves the clock to the invocation's deadline and dies there, as a timed-out runtime.
+	step, timeout time.Duration
+	hang          map[string]bool
+	ctxDeadline   atomic.Int64 // unix nanos: the running invocation's deadline
 }
 
 func newCrashSim(t *testing.T, c pipeline.Config, killers ...int) *crashSim {
-	s := &crashSim{t: t, e: newEnv(), rec: &recorder{}, killer: map[string]bool{}}
+	s := &crashSim{t: t, e: newEnv(), rec: &recorder{}, killer: map[string]bool{}, hang: map[string]bool{},
+		step: 10 * time.Minute, timeout: 5 * time.Minute}
 	for _, k := range killers {
 		s.killer[seq(k)] = true
 	}
@@ -134,20 +141,28 @@ func newCrashSim(t *testing.T, c pipeline.Config, killers ...int) *crashSim {
 		return nil
 	}
 	process := func(ctx context.Context, r pipeline.Record) error {
+		if s.hang[r.ID.Seq] {
+			s.clock.Store(s.ctxDeadline.Load())
+			s.crashed.Store(true)
+			return errKilled
+		}
 		if s.killer[r.ID.Seq] {
 			s.crashed.Store(true)
 			return errKilled
 		}
 		return s.rec.process(ctx, r)
 	}
-	s.p = s.e.pipeline(t, process, c, pipeline.WithClock(func() time.Time { return time.Unix(0, s.clock.Load()) }))
+	// No wait before the lane rule: the sim's mapping never races a second one.
+	s.p = s.e.pipeline(t, process, c, pipeline.WithClock(func() time.Time { return time.Unix(0, s.clock.Load()) }),
+		pipeline.WithEndedConfirm(0))
 	return s
 }
 
 // invoke runs b as one invocation; crashed reports that it died.
 func (s *crashSim) invoke(b pipeline.Batch) (pipeline.Result, bool) {
-	now := time.Unix(0, s.clock.Add(int64(10*time.Minute)))
-	ctx, cancel := context.WithDeadline(context.Background(), now.Add(5*time.Minute))
+	now := time.Unix(0, s.clock.Add(int64(s.step)))
+	s.ctxDeadline.Store(now.Add(s.timeout).UnixNano())
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(s.timeout))
 	defer cancel()
 	s.runs++
 	res, err := s.p.Run(ctx, b)
@@ -302,10 +317,12 @@ func TestMarkerOfAnotherLane(t *testing.T) {
 	}
 }
 
-// TestRacingInvocations: invocation A is running a batch; B gets the same batch (a retry, a
-// replay, a second consumer): B skips what A holds in flight (failed, not attempted, no attempt
-// counted) instead of processing it twice. A then dies; once its marker is past its deadline a
-// third invocation processes everything: nothing is lost.
+// TestRacingInvocations: invocation A of the mapping is running a batch; B, a replay of the
+// same records (the reconciler), skips what A holds in flight (failed, not attempted, no
+// attempt counted) instead of processing it twice. A then dies; once its marker is past its
+// deadline a third invocation processes everything: nothing is lost. (Another invocation of
+// the mapping cannot run A's records while A runs: it takes A's marker for a death, see
+// TestKillerParkedBeforeTheMappingGivesUp.)
 func TestRacingInvocations(t *testing.T) {
 	e := newEnv()
 	var clock atomic.Int64
@@ -350,7 +367,9 @@ func TestRacingInvocations(t *testing.T) {
 	clock.Add(int64(time.Second)) // B starts later
 	ctxB, cancelB := context.WithDeadline(context.Background(), now().Add(time.Minute))
 	defer cancelB()
-	resB, err := p.Run(ctxB, b)
+	replay := b
+	replay.Source, replay.AdvanceCheckpoint = pipeline.SourceReconciler, false
+	resB, err := p.Run(ctxB, replay)
 	if err != nil {
 		t.Fatal(err)
 	}

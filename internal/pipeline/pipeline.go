@@ -282,7 +282,9 @@ type Pipeline struct {
 	log        *slog.Logger
 	now        func() time.Time
 	lease      time.Duration
-	holder     Holder // ON_PARK=hold-key (hold.go); nil: continue
+	// endedConfirm: the wait before the lane rule takes a lease-live marker for dead (progress.go).
+	endedConfirm time.Duration
+	holder       Holder // ON_PARK=hold-key (hold.go); nil: continue
 }
 
 // Option configures a Pipeline.
@@ -309,7 +311,7 @@ func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process Proces
 	}
 	p := &Pipeline{
 		ledger: ledger, checkpoint: checkpointer, parker: parker, process: process, cfg: cfg,
-		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease,
+		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease, endedConfirm: DefaultEndedConfirm,
 	}
 	for _, o := range opts {
 		o(p)
@@ -373,6 +375,7 @@ type Result struct {
 	IsolationWindow     int // records run while isolating (0: not isolating)
 	DeadMarkers         int // dead markers of other invocations seen on the batch
 	LiveMarkers         int // live markers of other invocations seen on the batch
+	EndedMarkers        int // the part of DeadMarkers taken for dead before their lease ran out (laneEnded)
 	MarkerWriteFailures int // marker writes that failed (a crash would then go uncounted)
 
 	// Key holds (ON_PARK=hold-key, hold.go).
@@ -465,6 +468,7 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 		mk.release(ctx)
 		return res, fmt.Errorf("%w: lookup %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
 	}
+	view = p.confirmEnded(ctx, &b, view, mine, first, last) // progress.go
 
 	heads, err := holds.wait(ctx, &b, view, &res)
 	if err != nil {
@@ -473,7 +477,7 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	}
 	pl := p.plan(&b, view, mine)
 	applyHolds(&b, view, pl, heads)
-	res.IsolationWindow, res.DeadMarkers, res.LiveMarkers = pl.window, pl.dead, pl.live
+	res.IsolationWindow, res.DeadMarkers, res.LiveMarkers, res.EndedMarkers = pl.window, pl.dead, pl.live, pl.ended
 	if pl.narrow != nil {
 		// Isolating or racing: the marker must name exactly what this run will attempt, or a
 		// death would blame records it never ran. One more round trip, only on this path.
@@ -673,6 +677,7 @@ type plan struct {
 	headDeaths int
 	headSeq    string
 	dead, live int                    // foreign markers seen (not completed)
+	ended      int                    // the part of dead proven ended by the lane rule before their lease ran out
 	heads      map[string]recordid.ID // held partition keys -> head (hold.go)
 }
 
@@ -688,6 +693,10 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 				continue
 			}
 			dead := !now.Before(m.Deadline.Add(DeadGrace))
+			if !dead && laneEnded(m, mine, b) {
+				dead = true
+				pl.ended++
+			}
 			if dead {
 				pl.dead++
 			} else {
@@ -774,6 +783,42 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 		}
 	}
 	return pl
+}
+
+// laneEnded reports whether m, a marker whose lease has not yet run out, belongs to an
+// invocation that has ended all the same: both runs are the mapping's (SourceConsumer), m
+// started first, b lies inside m's batch (a retry is the same batch, a half of it or the rest
+// after a partial failure) and m names a record of b. Records of one partition key go to one
+// of the shard's concurrent batches (ParallelizationFactor keys them by partition-key hash and
+// orders them per key), and the mapping invokes each one batch at a time: "the next batching window begins as
+// soon as the previous function invocation completes"
+// (https://docs.aws.amazon.com/lambda/latest/dg/invocation-eventsourcemapping.html#invocation-eventsourcemapping-batching),
+// and a failed batch blocks its records until it is retried: "Event source mappings that read
+// from streams retry the entire batch of items. Repeated errors block processing of the
+// affected shard until the error is resolved or the items expire"
+// (https://docs.aws.amazon.com/lambda/latest/dg/invocation-retries.html).
+// So an uncompleted marker of the mapping naming a record this invocation holds is the trace
+// of an invocation of the same batch stream that died: it is a death now, not after its lease.
+//
+// What the rule cannot tell apart is a second mapping on the same stream and group (a mapping
+// being replaced) running the same record at the same moment: its live marker is then taken for
+// a death. That costs this run a narrower window and a possible duplicate, and a record one
+// attempt short of MaxRecordAttempts may be parked (with its payload) one attempt early; it
+// never marks a record done that is not. Replays (the reconciler, redrive) are not invocations
+// of a batch stream: their markers, and the consumer's as they see them, keep the lease.
+func laneEnded(m MarkerState, mine Marker, b *Batch) bool {
+	if m.Source != SourceConsumer || mine.Source != SourceConsumer || b.Source != SourceConsumer || !earlier(m.Marker, mine) {
+		return false
+	}
+	if m.First == "" || m.Last == "" || seqnum.Compare(mine.First, m.First) < 0 || seqnum.Compare(mine.Last, m.Last) > 0 {
+		return false
+	}
+	for _, id := range m.IDs {
+		if _, ok := slices.BinarySearchFunc(b.Records, id, func(r Record, id recordid.ID) int { return recordid.Compare(r.ID, id) }); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // earlier orders markers by start time, then nonce: of two live markers on one record, the

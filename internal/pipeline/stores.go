@@ -30,7 +30,7 @@ func (v dedupeView) Markers() []MarkerState {
 	ms := v.Range.Markers()
 	out := make([]MarkerState, len(ms))
 	for i, m := range ms {
-		out[i] = MarkerState{Marker: Marker{Nonce: m.Nonce, IDs: m.IDs, Started: m.Started, Deadline: m.Deadline, Source: m.Source},
+		out[i] = MarkerState{Marker: Marker{Nonce: m.Nonce, First: m.First, Last: m.Last, IDs: m.IDs, Started: m.Started, Deadline: m.Deadline, Source: m.Source},
 			Size: m.Size, Completed: m.Completed}
 	}
 	return out

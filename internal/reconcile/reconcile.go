@@ -700,6 +700,7 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 			lost.to, lost.toArrival = aws.ToString(recs[0].SequenceNumber), aws.ToTime(recs[0].ApproximateArrivalTimestamp)
 		}
 		page, stop := b.cut(recs, &rep)
+		page, stop = r.seenTail(ctx, shard, b, recs, page, stop)
 		if len(page) > 0 {
 			verifiedTo, failedSeq, err := r.replayCut(ctx, shard, page, upper, &rep, &counters)
 			if verifiedTo != "" {

@@ -127,7 +127,7 @@ type Config struct {
 	// Retention is the stream's retention period under Faults.Expire (0: 30s). One shard's
 	// invocations are held for Retention plus 5s from the start of the run.
 	Retention time.Duration
-	// Timeout bounds the whole run (0: 10 minutes, plus Duration).
+	// Timeout bounds each variant's run (0: 10 minutes, plus Duration): every variant has its own.
 	Timeout time.Duration
 	// ReportsDir receives demo-<timestamp>/ (default <repo>/reports).
 	ReportsDir string

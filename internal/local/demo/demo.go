@@ -35,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -89,11 +90,16 @@ type Result struct {
 	DDBRequestsPerBatch float64 `json:"ddb_requests_per_batch"`
 	DDBWCUPerRecord     float64 `json:"ddb_wcu_per_record"`
 	Seconds             float64 `json:"seconds"`
-	// Verified: the reconciler verified every shard before the run ended.
-	Verified  bool   `json:"verified"`
-	Runtime   string `json:"runtime"`
-	Seed      uint64 `json:"seed"`
-	ReportDir string `json:"report_dir"`
+	// Verified: the reconciler verified every shard before the run ended, and no record is
+	// pending past the checkpoint.
+	Verified bool `json:"verified"`
+	// Pending and Incomplete are gapless's (see VariantResult): a run cut before every record
+	// was accounted for is INCOMPLETE, never "lost".
+	Pending    int    `json:"pending"`
+	Incomplete bool   `json:"incomplete"`
+	Runtime    string `json:"runtime"`
+	Seed       uint64 `json:"seed"`
+	ReportDir  string `json:"report_dir"`
 	// FullReport: the report directory keeps everything (see Config.FullReport).
 	FullReport bool `json:"full_report"`
 
@@ -158,6 +164,17 @@ type VariantResult struct {
 	ParkedIDs []string `json:"parked_ids,omitempty"`
 	Lost      int      `json:"lost"`
 	LostIDs   []string `json:"lost_ids,omitempty"`
+	// Pending (gapless): records neither delivered nor parked that are not known lost: the
+	// run was cut short (its budget ended, or not every shard was verified), or they lie past
+	// the checkpoint mirror, where the reconciler has not verified yet. PendingWhere counts
+	// them by place (held by the mapping, with the reconciler, past the checkpoint, behind it
+	// unverified); PendingRecords names the first 50. Incomplete: Pending > 0.
+	Pending        int             `json:"pending"`
+	PendingWhere   map[string]int  `json:"pending_where,omitempty"`
+	PendingRecords []PendingRecord `json:"pending_records,omitempty"`
+	Incomplete     bool            `json:"incomplete"`
+	// Safety is the time from production to delivery or parking, per record.
+	Safety SafetyStats `json:"time_to_safety"`
 	// LostToRetention counts the records (not in Lost) that expired from the stream before
 	// they were delivered or parked (--expire), named in LostToRetentionIDs.
 	LostToRetention    int      `json:"lost_to_retention"`
@@ -205,6 +222,14 @@ type VariantResult struct {
 	Faults     FaultStats      `json:"faults"`
 	Processes  []ProcessRSS    `json:"processes"`
 	Timeline   []Sample        `json:"-"`
+}
+
+// PendingRecord is a record not accounted for yet at the end of a run, and where it is.
+type PendingRecord struct {
+	ID      string `json:"id"`
+	ShardID string `json:"shard_id"`
+	Seq     string `json:"sequence_number"`
+	Where   string `json:"where"`
 }
 
 // LostRecord is a produced record that was neither delivered nor parked.
@@ -368,9 +393,6 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 			pruneReport(dir)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-
 	pw := opts.Progress
 	if pw == nil {
 		pw = io.Discard
@@ -413,12 +435,19 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 	}
 
 	res := &Result{Runtime: e.runtime, Seed: cfg.Seed, ReportDir: dir, Settings: cfg.settings(), Variants: cfg.Variants, FullReport: cfg.FullReport}
+	prog.phase("demo", cfg.expectation())
+	if prog.columns() < 150 {
+		prog.phase("demo", statusLegend)
+	}
 	for _, name := range cfg.Variants {
 		v, err := newVariant(e, name, name == VariantGapless)
 		if err != nil {
 			return nil, err
 		}
-		vr, err := v.run(ctx)
+		// Each variant has its own budget: a slow comparison variant never eats gapless's.
+		vctx, vcancel := context.WithTimeout(ctx, cfg.Timeout)
+		vr, err := v.run(vctx)
+		vcancel()
 		if err != nil {
 			return nil, err
 		}
@@ -440,7 +469,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 			res.ReconcilerReplayed, res.ReconcilerParked = vr.ReconcilerReplayed, vr.ReconcilerParked
 			res.Filtered, res.FilteredProcessed = vr.Filtered, vr.FilteredProcessed
 			res.DDBRequestsPerBatch, res.DDBWCUPerRecord = vr.DDB.RequestsPerBatch, vr.DDB.WCUPerRecord
-			res.Verified = vr.Verified
+			res.Verified, res.Pending, res.Incomplete = vr.Verified, vr.Pending, vr.Incomplete
 		}
 	}
 	res.Seconds = time.Since(started).Seconds()
@@ -453,6 +482,18 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 	}
 	prune = !cfg.FullReport
 	return res, nil
+}
+
+// expectation announces how long the run is expected to take: production at the configured
+// rate, then the wait for every record to be accounted for, each variant bounded by Timeout.
+func (c Config) expectation() string {
+	produce := "as fast as PutRecords goes"
+	if c.Rate > 0 {
+		produce = fmt.Sprintf("about %s", (time.Duration(c.Records) * time.Second / time.Duration(c.Rate)).Round(time.Second))
+	}
+	return fmt.Sprintf("%d variant(s) in turn (%s); each produces %d records (%s), then waits until every record is "+
+		"delivered or parked and every shard verified, at most %s per variant (--timeout)",
+		len(c.Variants), strings.Join(c.Variants, ", "), c.Records, produce, c.Timeout)
 }
 
 // ErrLost is returned by callers (the CLI) when gapless lost records or could not prove it.

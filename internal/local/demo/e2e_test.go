@@ -28,7 +28,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 func runDemo(t *testing.T, cfg Config) *Result {
 	t.Helper()
 	cfg.ReportsDir = t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*cfg.Timeout+time.Minute) // each variant has its own budget
 	defer cancel()
 	res, err := Run(ctx, cfg, Options{AWS: stacktest.Config(t), Endpoints: stackEndpoints(), Progress: testWriter{t}})
 	if err != nil {

@@ -17,6 +17,12 @@ func (s *idSet) add(id string) {
 	s.ids[id] = true
 }
 
+func (s *idSet) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids[id]
+}
+
 func (s *idSet) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -17,14 +17,19 @@ import (
 // alone the record is gone), or held: none of these when the run ended, the mapping still
 // retrying it and its lane blocked behind it.
 type KillerStats struct {
-	Crash        int            `json:"crash"` // crash killers produced
-	Hang         int            `json:"hang"`  // hang killers produced
-	Delivered    int            `json:"delivered"`
-	Parked       int            `json:"parked"`
-	GivenUpRetry int            `json:"given_up_retries_exhausted"`
-	GivenUpAge   int            `json:"given_up_record_age"`
-	Held         int            `json:"held"`
-	Records      []KillerRecord `json:"records,omitempty"` // the first 50 by id
+	Crash     int `json:"crash"` // crash killers produced
+	Hang      int `json:"hang"`  // hang killers produced
+	Delivered int `json:"delivered"`
+	Parked    int `json:"parked"`
+	// ParkedByConsumer and ParkedByReconciler split Parked by who parked the killer: the
+	// consumer isolating it under the mapping's retries, or the reconciler after the mapping
+	// gave it up.
+	ParkedByConsumer   int            `json:"parked_by_consumer"`
+	ParkedByReconciler int            `json:"parked_by_reconciler"`
+	GivenUpRetry       int            `json:"given_up_retries_exhausted"`
+	GivenUpAge         int            `json:"given_up_record_age"`
+	Held               int            `json:"held"`
+	Records            []KillerRecord `json:"records,omitempty"` // the first 50 by id
 }
 
 // Produced is how many killers the workload holds.
@@ -116,6 +121,11 @@ func (v *variant) killers(parallelization int) KillerStats {
 		case v.parked.Has(w.id):
 			rec.Fate = fateParked
 			ks.Parked++
+			if v.parkedByReconciler.has(w.id) {
+				ks.ParkedByReconciler++
+			} else {
+				ks.ParkedByConsumer++
+			}
 		default:
 			switch rec.Fate = v.gaveUp.fate(w.shard, laneOf(w.key, parallelization), w.seq); rec.Fate {
 			case fateGivenUpRetry:

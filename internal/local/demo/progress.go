@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +16,8 @@ type progress struct {
 	mu        sync.Mutex
 	w         io.Writer
 	tty       bool
-	pending   bool // a status line is on screen without its newline
+	width     func() int // the terminal's columns, read at every status line (it may be resized)
+	pending   bool       // a status line is on screen without its newline
 	lastPrint time.Time
 }
 
@@ -26,7 +28,44 @@ func newProgress(w io.Writer) *progress {
 			tty = true
 		}
 	}
-	return &progress{w: w, tty: tty}
+	// Off a terminal a status line is a log line of its own: no width to fit.
+	p := &progress{w: w, tty: tty, width: func() int { return 1 << 20 }}
+	if f, ok := w.(*os.File); ok && tty {
+		p.width = func() int { return columns(os.Getenv("COLUMNS"), ttyColumns(f)) }
+	}
+	return p
+}
+
+// columns is the width status lines must fit.
+func (p *progress) columns() int {
+	if p.width == nil {
+		return defaultColumns
+	}
+	return p.width()
+}
+
+// defaultColumns is the width assumed when neither $COLUMNS nor the terminal tell.
+const defaultColumns = 80
+
+// columns is the status line's width: $COLUMNS when it is a number, else the terminal's, else
+// defaultColumns.
+func columns(env string, tty int) int {
+	if n, err := strconv.Atoi(strings.TrimSpace(env)); err == nil && n > 0 {
+		return n
+	}
+	if tty > 0 {
+		return tty
+	}
+	return defaultColumns
+}
+
+// fit shortens line to at most width-1 columns (the last column would wrap on some terminals).
+func fit(line string, width int) string {
+	limit := max(width-1, 10)
+	if r := []rune(line); len(r) > limit {
+		return string(r[:limit-1]) + "…"
+	}
+	return line
 }
 
 func (p *progress) endLine() {
@@ -47,11 +86,9 @@ func (p *progress) status(line string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.tty {
-		const width = 160
-		if len(line) > width {
-			line = line[:width]
-		}
-		fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", max(0, width-len(line))))
+		line = fit(line, p.columns())
+		// \r and erase to the end of the line: no padding that could wrap a narrow terminal.
+		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
 		p.pending = true
 		return
 	}

@@ -92,6 +92,15 @@ func rows(res *Result) [][]string {
 		row("parked (payload verified)", only(num(func(r *VariantResult) int { return r.Parked }), g)),
 		same("LOST", func(r *VariantResult) int { return r.Lost }),
 	}
+	if slices.ContainsFunc(vs, func(r *VariantResult) bool { return r.Pending > 0 }) {
+		out = append(out, row("pending: run ended first (INCOMPLETE)", only(num(func(r *VariantResult) int { return r.Pending }), g)))
+	}
+	out = append(out, row("produced → delivered or parked, p50 / p99 / max", func(r *VariantResult) string {
+		if r.Safety.Records == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.0fs / %.0fs / %.0fs", r.Safety.P50Seconds, r.Safety.P99Seconds, r.Safety.MaxSeconds)
+	}))
 	if slices.ContainsFunc(vs, func(r *VariantResult) bool { return r.Name == VariantCheckpointDecides }) {
 		out = append(out,
 			row("  skipped as at/below the checkpoint", only(num(func(r *VariantResult) int { return r.handler().Filtered }), VariantCheckpointDecides)),
@@ -189,6 +198,9 @@ func Markdown(res *Result) string {
 	if !res.OK() {
 		verdict = "**gapless FAILED**: "
 		switch {
+		case res.Incomplete && res.Lost == 0 && g != nil:
+			verdict = fmt.Sprintf("**gapless INCOMPLETE**: the run ended with %d records not yet accounted for (%s); none is known lost",
+				res.Pending, pendingSummary(g.PendingWhere))
 		case res.Lost > 0:
 			verdict += fmt.Sprintf("%d records lost", res.Lost)
 		case !res.Verified:
@@ -212,7 +224,12 @@ func Markdown(res *Result) string {
 		"on-failure destination gets metadata only) and every poison record. Checkpoint decides (the seed report's " +
 		"consumer) also drops records at or below a shared checkpoint that another batch of the shard moved past them, " +
 		"and the failed records of a batch whose compare-and-replace lost. gapless parks poison records with their " +
-		"payload and replays every range the mapping gave up.\n\n")
+		"payload and replays every range the mapping gave up. *pending* = neither delivered nor parked when " +
+		"the run ended before the reconciler had verified every shard, or past the checkpoint mirror: not known " +
+		"lost, and the run says INCOMPLETE.\n\n")
+	for _, v := range res.ran() {
+		safetySection(&b, v)
+	}
 	b.WriteString("![delivered, parked, lost and duplicated per variant](outcome.svg)\n\n")
 	if dup := duplicateRows(res); len(dup) > 0 {
 		b.WriteString("## Duplicates by cause\n\nEach delivery of a record after its first, attributed from what the run " +
@@ -821,6 +838,8 @@ func killerSection(res *Result) string {
 	line("produced", KillerStats.Produced)
 	line("delivered", func(k KillerStats) int { return k.Delivered })
 	line("parked with their payload", func(k KillerStats) int { return k.Parked })
+	line("  of which by the consumer (isolated under the mapping's retries)", func(k KillerStats) int { return k.ParkedByConsumer })
+	line("  of which by the reconciler (after the mapping gave up)", func(k KillerStats) int { return k.ParkedByReconciler })
 	line("given up by the mapping: retries exhausted", func(k KillerStats) int { return k.GivenUpRetry })
 	line("given up by the mapping: record age", func(k KillerStats) int { return k.GivenUpAge })
 	line("held: still retried, lane blocked, when the run ended", func(k KillerStats) int { return k.Held })
@@ -845,4 +864,49 @@ func recordAge(d string) string {
 		return "off"
 	}
 	return d
+}
+
+// pendingSummary lists where pending records are, most first.
+func pendingSummary(where map[string]int) string {
+	type kv struct {
+		k string
+		n int
+	}
+	var l []kv
+	for k, n := range where {
+		l = append(l, kv{k, n})
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].n > l[j].n || l[i].n == l[j].n && l[i].k < l[j].k })
+	parts := make([]string, len(l))
+	for i, e := range l {
+		parts[i] = fmt.Sprintf("%d %s", e.n, e.k)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// safetySection is the report's "time to safety" paragraph for one variant.
+func safetySection(b *strings.Builder, r *VariantResult) {
+	st := r.Safety
+	if st.Records == 0 {
+		return
+	}
+	fmt.Fprintf(b, "### Time to safety: %s\n\nProduced → delivered or parked, over %d records: p50 %.1f s, p99 %.1f s, max %.1f s.\n\n",
+		r.Name, st.Records, st.P50Seconds, st.P99Seconds, st.MaxSeconds)
+	causes := make([]string, 0, len(st.ByCause))
+	for c := range st.ByCause {
+		causes = append(causes, c)
+	}
+	sort.Slice(causes, func(i, j int) bool { return st.ByCause[causes[i]].MaxSeconds > st.ByCause[causes[j]].MaxSeconds })
+	b.WriteString("| cause | records | slowest |\n|---|---:|---:|\n")
+	for _, c := range causes {
+		fmt.Fprintf(b, "| %s | %d | %.1f s |\n", c, st.ByCause[c].Records, st.ByCause[c].MaxSeconds)
+	}
+	b.WriteString("\nSlowest records:\n\n| record | shard | seconds | cause |\n|---|---|---:|---|\n")
+	for _, s := range st.Slowest {
+		fmt.Fprintf(b, "| %s | %s | %.1f | %s |\n", s.ID, s.ShardID, s.Seconds, s.Cause)
+	}
+	b.WriteString("\n")
+	if r.Pending > 0 {
+		fmt.Fprintf(b, "Not in these figures: %d records still pending when the run ended (%s).\n\n", r.Pending, pendingSummary(r.PendingWhere))
+	}
 }

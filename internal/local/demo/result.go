@@ -24,6 +24,14 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 	r.Killers = v.killers(v.e.cfg.Parallelization)
 	produced := map[string]bool{}
 	dropped := v.filteredIDs()
+	// gapless: a record neither delivered nor parked is lost only when the run was not cut
+	// short, every shard was verified, and the record lies behind the checkpoint mirror;
+	// otherwise it is pending, and where it is is said.
+	cut := timedOut || (v.gapless && !v.verified.Load())
+	var pp pendingPlaces
+	if v.gapless {
+		pp = v.pendingPlaces(ctx)
+	}
 	for _, w := range v.writes.records() {
 		produced[w.id] = true
 		delivered := v.target.Has(w.id)
@@ -45,6 +53,16 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 		case trimmed[w.shard+"|"+w.seq]:
 			r.LostToRetention++
 			r.LostToRetentionIDs = append(r.LostToRetentionIDs, w.id)
+		case v.gapless && (cut || pp.where(w) == pendingTail):
+			where := pp.where(w)
+			r.Pending++
+			if r.PendingWhere == nil {
+				r.PendingWhere = map[string]int{}
+			}
+			r.PendingWhere[where]++
+			if len(r.PendingRecords) < 50 {
+				r.PendingRecords = append(r.PendingRecords, PendingRecord{ID: w.id, ShardID: w.shard, Seq: w.seq, Where: where})
+			}
 		default:
 			r.Lost++
 			r.LostRecords = append(r.LostRecords, LostRecord{ID: w.id, PartitionKey: w.key, ShardID: w.shard, Seq: w.seq})
@@ -63,6 +81,7 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 	sort.Strings(r.ParkedIDs)
 	sort.Strings(r.LostToRetentionIDs)
 	r.HeldShard = v.heldShard
+	r.Safety = v.safety(v.e.cfg.Parallelization)
 	r.Unexpected = v.target.Unique() - r.DeliveredUnique
 	r.Duplicates = v.target.Duplicates()
 	logs := []string{filepath.Join(v.dir, "functions.log"), filepath.Join(v.dir, "runtime.log")}
@@ -126,7 +145,8 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 				r.Reconciler.CheckpointWrites += int(st.CheckpointWrites)
 			}
 		}
-		r.Verified = v.verified.Load()
+		r.Verified = v.verified.Load() && r.Pending == 0 // verified includes the records past the checkpoint
+		r.Incomplete = r.Pending > 0
 		r.ReconcilerReplayed = distinctSent(v.sends.all(), sourceReconciler)
 		r.ReconcilerParked = v.parkedByReconciler.len()
 	}

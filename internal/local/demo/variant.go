@@ -155,10 +155,12 @@ type variant struct {
 	// the split leaves alone).
 	raceShard string
 	// gaveUp: the ranges the mappings gave up on (for the killers' fate).
-	gaveUp  givenUp
-	rss     *rssTracker
-	logFile *os.File
-	log     *slog.Logger
+	gaveUp givenUp
+	// deliveredAt and parkedAt: when each id first arrived at the target and parked queues.
+	deliveredAt, parkedAt firstSeen
+	rss                   *rssTracker
+	logFile               *os.File
+	log                   *slog.Logger
 }
 
 type eventCounts struct {
@@ -271,8 +273,8 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 	// half way (its messages would stay invisible for the visibility timeout and look lost).
 	stopDrain := make(chan struct{})
 	var drains sync.WaitGroup
-	drains.Go(func() { v.drainLoop(ctx, stopDrain, v.targetURL, v.target, loadgen.PayloadID) })
-	drains.Go(func() { v.drainLoop(ctx, stopDrain, v.parkedURL, v.parked, v.decodeParked) })
+	drains.Go(func() { v.drainLoop(ctx, stopDrain, v.targetURL, v.target, v.deliveredAt.wrap(loadgen.PayloadID)) })
+	drains.Go(func() { v.drainLoop(ctx, stopDrain, v.parkedURL, v.parked, v.parkedAt.wrap(v.decodeParked)) })
 	drainsStopped := false
 	endDrains := func() {
 		if !drainsStopped {

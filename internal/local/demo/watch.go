@@ -205,16 +205,86 @@ func (v *variant) sample(ctx context.Context, start time.Time) {
 	v.timeline = append(v.timeline, s)
 	v.mu.Unlock()
 	v.rss.sample(time.Since(start))
-	v.e.progress.status(v.statusLine(time.Since(start)))
+	v.e.progress.status(v.statusLine(time.Since(start), v.e.progress.columns()))
 }
 
-func (v *variant) statusLine(elapsed time.Duration) string {
-	line := fmt.Sprintf("[%s %4ds] produced %d/%d | invocations %d | delivered %d | parked %d | given up %d",
-		v.name, int(elapsed.Seconds()), v.produced.Load(), len(v.recs), v.ev.invocations.Load(),
-		v.target.Unique(), v.parked.Unique(), v.ev.givenUp.Load())
-	if v.gapless {
-		line += fmt.Sprintf(" | reconciler runs %d, on-failure msgs %d | verified %d/%d shards",
-			v.rec.scheduled.Load(), v.rec.messages.Load(), v.shardsOK.Load(), v.shardsN.Load())
+// statusLine is the progress line: every figure in words when it fits width, else the same
+// figures abbreviated (a legend is printed when the variant starts), with what the variant is
+// waiting for once production is done.
+func (v *variant) statusLine(elapsed time.Duration, width int) string {
+	st := statusFigures{
+		name: v.name, elapsed: elapsed, produced: int(v.produced.Load()), total: len(v.recs),
+		invocations: int(v.ev.invocations.Load()), delivered: v.target.Unique(), parked: v.parked.Unique(),
+		givenUp: int(v.ev.givenUp.Load()), gapless: v.gapless,
+		reconcilerRuns: int(v.rec.scheduled.Load()), failureMsgs: int(v.rec.messages.Load()),
+		verified: int(v.shardsOK.Load()), shards: int(v.shardsN.Load()),
 	}
-	return line
+	return st.line(width)
 }
+
+// statusFigures are the figures of one progress line.
+type statusFigures struct {
+	name                                            string
+	elapsed                                         time.Duration
+	produced, total, invocations, delivered, parked int
+	givenUp                                         int
+	gapless                                         bool
+	reconcilerRuns, failureMsgs, verified, shards   int
+}
+
+// waitingShort abbreviates waiting's phrases.
+var waitingShort = map[string]string{
+	waitMappingAndReconciler: "wait: retries, reconciler",
+	waitMapping:              "wait: retries",
+	waitVerify:               "wait: verify",
+	waitDrain:                "draining",
+}
+
+// What a quiet stretch after production waits for.
+const (
+	waitMappingAndReconciler = "waiting for the mapping's retries and the reconciler's replays"
+	waitMapping              = "waiting for the mapping's retries"
+	waitVerify               = "waiting for the reconciler to verify every shard"
+	waitDrain                = "draining"
+)
+
+// waiting says what a quiet stretch after production waits for ("" while producing).
+func (s statusFigures) waiting() string {
+	switch {
+	case s.produced < s.total:
+		return ""
+	case s.delivered+s.parked < s.total && s.givenUp > 0 && s.gapless:
+		return waitMappingAndReconciler
+	case s.delivered+s.parked < s.total:
+		return waitMapping
+	case s.gapless && s.verified < s.shards:
+		return waitVerify
+	}
+	return waitDrain
+}
+
+func (s statusFigures) line(width int) string {
+	long := fmt.Sprintf("[%s %4ds] produced %d/%d | invocations %d | delivered %d | parked %d | given up %d",
+		s.name, int(s.elapsed.Seconds()), s.produced, s.total, s.invocations, s.delivered, s.parked, s.givenUp)
+	short := fmt.Sprintf("[%s %ds] prod %d/%d inv %d dlv %d park %d gvn %d",
+		s.name, int(s.elapsed.Seconds()), s.produced, s.total, s.invocations, s.delivered, s.parked, s.givenUp)
+	if s.gapless {
+		long += fmt.Sprintf(" | reconciler runs %d, on-failure msgs %d | verified %d/%d shards",
+			s.reconcilerRuns, s.failureMsgs, s.verified, s.shards)
+		short += fmt.Sprintf(" rec %d ok %d/%d", s.reconcilerRuns, s.verified, s.shards)
+	}
+	if w := s.waiting(); w != "" {
+		long += " | " + w
+		short += " | " + waitingShort[w]
+	}
+	for _, l := range []string{long, short} {
+		if len([]rune(l)) < width {
+			return l
+		}
+	}
+	return fit(short, width)
+}
+
+// statusLegend explains the abbreviated progress line.
+const statusLegend = "progress: prod = produced, inv = invocations, dlv = delivered (unique), park = parked, " +
+	"gvn = given up by the mapping, rec = reconciler runs, ok = shards verified"
