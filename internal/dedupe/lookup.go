@@ -38,6 +38,7 @@ type Range struct {
 	byRef       []key // sorted, unique
 	failed      []key // sorted, one element per entry listing the id
 	markers     []MarkerState
+	parks       []Park // in the order read (park.go)
 	stats       Stats
 }
 
@@ -85,7 +86,7 @@ func (l *Ledger) Lookup(ctx context.Context, shard recordid.Shard, first, last s
 	hi, _ := parseDec(last)
 	now := l.now().Unix()
 
-	b := rangeBuilder{lo: &lo, hi: &hi}
+	b := rangeBuilder{lo: &lo, hi: &hi, shardID: shard.ShardID, first: first, last: last}
 	// Bounded: no item spans more than MaxSpan, so none holding a record of first..last ends
 	// after last + MaxSpan (docs/ledger.md, "Bounded lookups").
 	keyCond := "#pk = :pk AND #sk >= :from"
@@ -150,6 +151,10 @@ type rangeBuilder struct {
 	stats   Stats
 	markers []MarkerState
 	nonces  map[string]bool // nonces of the entries read
+	parks   []Park
+	shardID string
+	first   string
+	last    string
 }
 
 var listAttrs = [4]string{attrIDs, attrParked, attrParkedRef, attrFailed}
@@ -216,6 +221,19 @@ func (b *rangeBuilder) add(it map[string]types.AttributeValue, now int64) error 
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
+	if v, ok := it[attrParks]; ok {
+		bin, ok := v.(*types.AttributeValueMemberB)
+		if !ok {
+			undo()
+			return fmt.Errorf("%w: %s is not binary", ErrCorrupt, attrParks)
+		}
+		ps, err := decodeParks(bin.Value, b.shardID, b.first, b.last)
+		if err != nil {
+			undo()
+			return err
+		}
+		b.parks = append(b.parks, ps...)
+	}
 	for i := range b.lists {
 		if len(b.lists[i]) > lens[i] {
 			b.entries[i]++
@@ -251,7 +269,7 @@ func (b *rangeBuilder) build(shardID, first, last string) *Range {
 		}
 	}
 	r := &Range{shardID: shardID, first: first, last: last,
-		done: out[0], parked: out[1], byRef: out[2], failed: out[3], markers: b.markers, stats: b.stats}
+		done: out[0], parked: out[1], byRef: out[2], failed: out[3], markers: b.markers, parks: b.parks, stats: b.stats}
 	r.stats.IDs = len(r.done)
 	return r
 }

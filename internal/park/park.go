@@ -143,6 +143,56 @@ type Result struct {
 	MessageID string
 	// PayloadS3 names the object holding the payload; nil when the message carries it.
 	PayloadS3 *Pointer
+	// Receipt is what the ledger records of this park, in the entry that counts the record
+	// done: redrive acts only on a message a recorded receipt confirms (Receipt.Confirms).
+	Receipt Receipt
+}
+
+// Receipt is the ledger's record of one park: what the message Park sent must carry. The park
+// id is chosen before the send, so the receipt and the message agree.
+type Receipt struct {
+	ParkID    string
+	Bytes     int      // payload length
+	SHA256    string   // hex SHA-256 of the payload
+	KeySHA256 string   // hex SHA-256 of the partition key's bytes
+	PayloadS3 *Pointer // the object holding the payload; nil: inline
+}
+
+// KeyDigest is the hex SHA-256 of a partition key's bytes (Receipt.KeySHA256).
+func KeyDigest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// Receipt returns the receipt of m (what the ledger recorded when the pipeline sent m).
+func (m Message) Receipt() Receipt {
+	r := Receipt{ParkID: m.ParkID, Bytes: m.DataBytes, SHA256: m.DataSHA256, KeySHA256: KeyDigest(m.PartitionKey)}
+	if m.PayloadS3 != nil {
+		ptr := *m.PayloadS3
+		r.PayloadS3 = &ptr
+	}
+	return r
+}
+
+// ErrUnconfirmed: a parked message no recorded park confirms (unknown record or park id,
+// another payload or key, another payload object). Redrive refuses it.
+var ErrUnconfirmed = errors.New("park: message not confirmed by the ledger")
+
+// Confirms reports whether m is the message of this park: same park id, payload length and
+// digest, partition key and payload location. The error says which field differs, never
+// echoing the message's claimed values back as if they were facts.
+func (r Receipt) Confirms(m Message) error {
+	switch {
+	case m.ParkID == "" || m.ParkID != r.ParkID:
+		return fmt.Errorf("%w: park id %q is not the recorded park %s", ErrUnconfirmed, m.ParkID, r.ParkID)
+	case m.DataBytes != r.Bytes || m.DataSHA256 != r.SHA256:
+		return fmt.Errorf("%w: payload length or SHA-256 differs from park %s", ErrUnconfirmed, r.ParkID)
+	case KeyDigest(m.PartitionKey) != r.KeySHA256:
+		return fmt.Errorf("%w: partition key differs from park %s", ErrUnconfirmed, r.ParkID)
+	case (m.PayloadS3 == nil) != (r.PayloadS3 == nil) || (m.PayloadS3 != nil && *m.PayloadS3 != *r.PayloadS3):
+		return fmt.Errorf("%w: payload location differs from park %s", ErrUnconfirmed, r.ParkID)
+	}
+	return nil
 }
 
 type sqsAPI interface {
@@ -262,7 +312,7 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("park: send record %s to %s: %w", m.RecordID, p.queueURL, err)
 	}
-	return Result{MessageID: aws.ToString(out.MessageId), PayloadS3: m.PayloadS3}, nil
+	return Result{MessageID: aws.ToString(out.MessageId), PayloadS3: m.PayloadS3, Receipt: m.Receipt()}, nil
 }
 
 // ObjectKey is the S3 key of m's payload: parked/<group>/<stream>/<shard>/<seq>-<sub>/<parkId>,

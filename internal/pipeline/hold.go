@@ -159,8 +159,8 @@ func (r *batchRun) isHeld(i int, behind recordid.ID) bool {
 
 // nextBehind is the head later records of the lane are parked behind after o.
 func (r *batchRun) nextBehind(o *outcome, behind recordid.ID) recordid.ID {
-	if r.p.holder != nil && o.status == statusParked && o.head != nil && (*o.head != recordid.ID{}) {
-		return *o.head
+	if r.p.holder != nil && o.status == statusParked && o.parked != nil && (o.parked.head != recordid.ID{}) {
+		return o.parked.head
 	}
 	return behind
 }
@@ -199,8 +199,8 @@ func (r *batchRun) parkHeld(ctx context.Context, rec *Record, i int, behind reco
 		o.status, o.err, o.parkErr = statusFailed, fmt.Errorf("park held record: %w", err), true
 		return
 	}
-	log.WarnContext(ctx, "record parked behind its held key", "held_behind", head.String(), "message_id", res.MessageID)
-	o.status, o.head, o.err = statusParked, &head, nil
+	log.WarnContext(ctx, "record parked behind its held key", "held_behind", head.String(), "message_id", res.MessageID, "park_id", res.Receipt.ParkID)
+	o.status, o.parked, o.err = statusParked, &parkedAs{head: head, receipt: res.Receipt}, nil
 }
 
 // holdHead, with hold-key on, makes rec its key's head (or lists it behind the head) before it
@@ -216,7 +216,7 @@ func (r *batchRun) holdHead(ctx context.Context, rec *Record, o *outcome) (strin
 		o.status, o.parkErr = statusFailed, true
 		return "", false
 	}
-	o.head = &head
+	o.parked = &parkedAs{head: head}
 	if head == rec.ID {
 		return "", true
 	}

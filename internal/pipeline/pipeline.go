@@ -168,6 +168,20 @@ type Entry struct {
 	Failed      []recordid.ID // failed attempts in this run (each listing is one attempt), parked ones included
 	Source      string
 	Nonce       string // the run's marker nonce: the entry completes the marker (empty: none)
+	// Parks are the parks of this run's Parked records (their receipts), recorded with them.
+	Parks []ParkRecord
+}
+
+// ParkRecord is one park the ledger records: the record and its park's receipt.
+type ParkRecord struct {
+	ID      recordid.ID
+	Receipt park.Receipt
+}
+
+// ParkView is implemented by the Views of a ledger that records parks (DedupeLedger,
+// pipelinetest.Ledger): every recorded park of id.
+type ParkView interface {
+	ParkReceipts(id recordid.ID) []park.Receipt
 }
 
 // Marker is an invocation's in-flight marker: written before Process runs (in parallel with the
@@ -412,17 +426,23 @@ type outcome struct {
 	abandoned bool
 	held      bool
 	isolated  bool
-	died      bool         // parked for dead attempts
-	heldKey   bool         // parked behind its key's hold without running (hold.go)
-	head      *recordid.ID // the head of its key's hold, when parked with hold-key on (nil: none)
+	died      bool      // parked for dead attempts
+	heldKey   bool      // parked behind its key's hold without running (hold.go)
+	parked    *parkedAs // set once parked, or once its key's hold is written (hold-key)
 	attempts  int
 	err       error
+}
+
+// parkedAs is what a parked record's outcome carries beyond its status.
+type parkedAs struct {
+	head    recordid.ID  // the head of its key's hold (hold-key; zero: none)
+	receipt park.Receipt // what the ledger records of the park (park.Result.Receipt)
 }
 
 // An outcome is kept per record of the batch for the whole run: at 10,000 records every byte of
 // it is 10 KB of live heap during the sends, and the collector's heap goal is twice the live heap
 // (docs/benchmarks.md, "Memory of the batched bridge"). The hold head, set only for records
-// parked with hold-key on, is therefore a pointer (48 bytes an outcome instead of 80).
+// parked (its hold head and park receipt), is therefore a pointer (48 bytes an outcome instead of 80).
 
 // Run processes b. Records are reported done only when Run returns a nil error; an error (always
 // wrapping ErrLedger or ErrInvalidBatch) means the caller must fail the whole batch.
@@ -1035,8 +1055,12 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 		log.ErrorContext(ctx, "record failed and could not be parked: left failed", append(attrs, "park_error", perr.Error())...)
 		o.status, o.parkErr = statusFailed, true
 	default:
-		log.WarnContext(ctx, "record parked", append(attrs, "message_id", pr.MessageID)...)
+		log.WarnContext(ctx, "record parked", append(attrs, "message_id", pr.MessageID, "park_id", pr.Receipt.ParkID)...)
 		o.status = statusParked
+		if o.parked == nil {
+			o.parked = &parkedAs{}
+		}
+		o.parked.receipt = pr.Receipt
 	}
 }
 
@@ -1074,6 +1098,11 @@ func (p *Pipeline) tally(b *Batch, outcomes []outcome, res *Result) Entry {
 			res.Parked++
 			e.Done = append(e.Done, id)
 			e.Parked = append(e.Parked, id)
+			if o.parked != nil && o.parked.receipt.ParkID != "" {
+				// The park itself, in the entry that counts the record done (the ledger is the
+				// authority for what was parked: redrive acts only on messages it confirms).
+				e.Parks = append(e.Parks, ParkRecord{ID: id, Receipt: o.parked.receipt})
+			}
 			switch {
 			case o.heldKey:
 				res.HeldParked++ // not run: no attempt

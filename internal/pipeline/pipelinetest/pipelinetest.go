@@ -6,6 +6,8 @@ package pipelinetest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
 
@@ -45,6 +47,7 @@ var (
 type View struct {
 	done     map[recordid.ID]bool
 	parked   map[recordid.ID]bool
+	parks    map[recordid.ID][]park.Receipt
 	attempts map[recordid.ID]int
 	markers  []pipeline.MarkerState
 }
@@ -106,6 +109,9 @@ func (l *Ledger) Markers(shard recordid.Shard) []pipeline.Marker {
 // Done implements pipeline.View.
 func (v *View) Done(id recordid.ID) bool { return v.done[id] }
 
+// ParkReceipts implements pipeline.ParkView.
+func (v *View) ParkReceipts(id recordid.ID) []park.Receipt { return v.parks[id] }
+
 // Parked reports whether id was parked.
 func (v *View) Parked(id recordid.ID) bool { return v.parked[id] }
 
@@ -128,7 +134,7 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 	if err := l.fail("lookup"); err != nil {
 		return nil, err
 	}
-	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, attempts: map[recordid.ID]int{}}
+	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, parks: map[recordid.ID][]park.Receipt{}, attempts: map[recordid.ID]int{}}
 	in := func(id recordid.ID) bool {
 		return seqnum.Compare(id.Seq, first) >= 0 && seqnum.Compare(id.Seq, last) <= 0
 	}
@@ -149,6 +155,11 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 		for _, id := range e.Failed {
 			if in(id) {
 				v.attempts[id]++
+			}
+		}
+		for _, p := range e.Parks {
+			if in(p.ID) {
+				v.parks[p.ID] = append(v.parks[p.ID], p.Receipt)
 			}
 		}
 	}
@@ -276,7 +287,9 @@ func (p *Parker) Park(_ context.Context, r park.Record) (park.Result, error) {
 		}
 	}
 	p.Parked = append(p.Parked, r)
-	return park.Result{MessageID: fmt.Sprintf("m-%d", len(p.Parked))}, nil
+	sum := sha256.Sum256(r.Data)
+	return park.Result{MessageID: fmt.Sprintf("m-%d", len(p.Parked)), Receipt: park.Receipt{ParkID: fmt.Sprintf("%016x", len(p.Parked)),
+		Bytes: len(r.Data), SHA256: hex.EncodeToString(sum[:]), KeySHA256: park.KeyDigest(r.PartitionKey)}}, nil
 }
 
 // Records returns a copy of what was parked.
@@ -285,3 +298,5 @@ func (p *Parker) Records() []park.Record {
 	defer p.mu.Unlock()
 	return append([]park.Record(nil), p.Parked...)
 }
+
+var _ pipeline.ParkView = (*View)(nil)
