@@ -26,6 +26,7 @@ type redriveOutput struct {
 	DeleteFailures int `json:"delete_failures"`
 	Held           int `json:"held"`     // left behind a held key's head not applied yet (ON_PARK=hold-key)
 	Released       int `json:"released"` // held keys released: every held record applied in order
+	Refused        int `json:"refused"`  // not confirmed by the ledger's park records: never applied, left in the queue
 }
 
 func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -61,6 +62,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		// Held keys (ON_PARK=hold-key) are redriven in order and released; without holds in the
 		// table this costs one GetItem per partition key seen.
 		reconcile.WithRedriveHolds(dedupe.NewHolds(c.ddb, o.dedupeTable)),
+		reconcile.WithRedrivePayloadBucket(o.payloadBucket),
 		reconcile.WithRedriveLogger(log), reconcile.WithRedrivePayloads(c.s3), reconcile.WithRedriveProgress(func(ev reconcile.RedriveEvent) {
 			line := fmt.Sprintf("redrive %s: %s", orDash(ev.RecordID, ev.MessageID), ev.Outcome)
 			if ev.Attempts > 0 {
@@ -77,7 +79,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	rep, err := d.Run(ctx)
 	out := redriveOutput{Received: rep.Received, Processed: rep.Processed, Duplicates: rep.Duplicates, ParkedAgain: rep.ParkedAgain,
 		Left: rep.Left, Skipped: rep.Skipped, Invalid: rep.Invalid, DeleteFailures: rep.DeleteFailures,
-		Held: rep.Held, Released: rep.Released}
+		Held: rep.Held, Released: rep.Released, Refused: rep.Refused}
 	if o.jsonOut {
 		if jerr := writeJSON(stdout, out); jerr != nil {
 			return jerr
@@ -85,6 +87,9 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "%d parked messages: %d processed, %d already done, %d parked again, %d left in the queue, %d skipped, %d invalid\n",
 			out.Received, out.Processed, out.Duplicates, out.ParkedAgain, out.Left, out.Skipped, out.Invalid)
+		if out.Refused > 0 {
+			fmt.Fprintf(stdout, "%d refused: the ledger records no such park (forged, altered, or sent before a crash); left in the queue for an operator\n", out.Refused)
+		}
 		if out.Held+out.Released > 0 {
 			fmt.Fprintf(stdout, "held keys: %d released, %d records still held behind a head not applied\n", out.Released, out.Held)
 		}
@@ -92,8 +97,8 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if rep.Left+rep.Invalid+rep.Held > 0 {
-		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", rep.Left+rep.Invalid+rep.Held)
+	if n := rep.Left + rep.Invalid + rep.Held + rep.Refused; n > 0 {
+		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", n)
 	}
 	return nil
 }

@@ -58,6 +58,11 @@ const Version = 2
 // 1,048,576 bytes and count the size like SQS (body plus each attribute's name, type and value).
 const DefaultMaxMessageBytes = 1024 * 1024
 
+// MaxRecordBytes is the largest payload any Kinesis record can carry: 10 MiB, the highest
+// MaxRecordSizeInKiB a stream accepts (UpdateMaxRecordSize API reference: "Specify a value
+// between 1024 and 10240 KiB (1 to 10 MiB)"). A parked message claiming more is not a record's.
+const MaxRecordBytes = 10240 * 1024
+
 // Message attribute names set on every parked message, so consumers of the queue can filter
 // without decoding the body.
 const (
@@ -405,18 +410,26 @@ func (m Message) Payload(ctx context.Context, client GetObjectAPI) ([]byte, erro
 	case client == nil:
 		return nil, fmt.Errorf("%w: record %s: its payload is in s3://%s/%s and no S3 client was given", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key)
 	}
+	if m.DataBytes < 0 || m.DataBytes > MaxRecordBytes {
+		return nil, fmt.Errorf("%w: record %s: a payload of %d bytes is above any record's", ErrPayload, m.RecordID, m.DataBytes)
+	}
 	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(m.PayloadS3.Bucket), Key: aws.String(m.PayloadS3.Key)})
 	if err != nil {
 		return nil, fmt.Errorf("%w: record %s: get s3://%s/%s: %w", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, err)
 	}
 	defer out.Body.Close()
+	// Read at most one byte more than the parked length: an object of another size is refused
+	// without reading it whole, and no error tells its real length.
+	if out.ContentLength != nil && *out.ContentLength != int64(m.DataBytes) {
+		return nil, fmt.Errorf("%w: record %s: s3://%s/%s is not the parked length %d", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, m.DataBytes)
+	}
 	data, err := io.ReadAll(io.LimitReader(out.Body, int64(m.DataBytes)+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: record %s: read s3://%s/%s: %w", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, err)
 	}
 	if !matches(data, m) {
-		return nil, fmt.Errorf("%w: record %s: s3://%s/%s holds %d bytes that do not match the parked length %d and SHA-256",
-			ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, len(data), m.DataBytes)
+		return nil, fmt.Errorf("%w: record %s: s3://%s/%s does not match the parked length %d and SHA-256",
+			ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, m.DataBytes)
 	}
 	return data, nil
 }

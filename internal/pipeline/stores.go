@@ -51,6 +51,9 @@ func (v dedupeView) Markers() []MarkerState {
 	return out
 }
 
+// Ledger returns the ledger p reads and writes (redrive confirms parked messages against it).
+func (p *Pipeline) Ledger() Ledger { return p.ledger }
+
 // Lookup implements Ledger.
 func (d DedupeLedger) Lookup(ctx context.Context, shard recordid.Shard, first, last string) (View, error) {
 	r, err := d.L.Lookup(ctx, shard, first, last)

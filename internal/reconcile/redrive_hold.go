@@ -70,6 +70,12 @@ func (s *heldSession) take(ctx context.Context, m sqstypes.Message) bool {
 	if err != nil || pm.Group != s.d.cfg.Group || pm.Stream != s.d.cfg.Stream {
 		return false
 	}
+	// Only a message the ledger confirms takes part in a key's walk: a refused one (or one that
+	// cannot be confirmed now) is handled at once, and left, so it can neither release the key
+	// nor have the real record's message deleted as a duplicate (redrive_confirm.go).
+	if s.d.confirm(ctx, pm) != nil {
+		return false
+	}
 	// Only "held" is remembered: a key read as not held is read again for each of its messages,
 	// because it can become held during the session (the consumer parks a head, then records
 	// behind it, whose messages this session may receive next). The hold is listed before any
@@ -220,7 +226,7 @@ func (d *Redriver) handleCounted(ctx context.Context, m sqstypes.Message, starte
 	d.count(rep, ev)
 	d.report(ev)
 	switch ev.Outcome {
-	case OutcomeLeft, OutcomeSkipped, OutcomeInvalid:
+	case OutcomeLeft, OutcomeSkipped, OutcomeInvalid, OutcomeRefused:
 		return []*string{m.ReceiptHandle}
 	}
 	return nil
@@ -240,6 +246,8 @@ func (d *Redriver) count(rep *RedriveReport, ev RedriveEvent) {
 		rep.Skipped++
 	case OutcomeInvalid:
 		rep.Invalid++
+	case OutcomeRefused:
+		rep.Refused++
 	}
 }
 

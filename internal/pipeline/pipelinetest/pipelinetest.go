@@ -48,6 +48,7 @@ type View struct {
 	done     map[recordid.ID]bool
 	parked   map[recordid.ID]bool
 	parks    map[recordid.ID][]park.Receipt
+	byRef    map[recordid.ID]bool
 	attempts map[recordid.ID]int
 	markers  []pipeline.MarkerState
 }
@@ -109,6 +110,9 @@ func (l *Ledger) Markers(shard recordid.Shard) []pipeline.Marker {
 // Done implements pipeline.View.
 func (v *View) Done(id recordid.ID) bool { return v.done[id] }
 
+// ParkedByRef reports whether id was parked by reference.
+func (v *View) ParkedByRef(id recordid.ID) bool { return v.byRef[id] }
+
 // ParkReceipts implements pipeline.ParkView.
 func (v *View) ParkReceipts(id recordid.ID) []park.Receipt { return v.parks[id] }
 
@@ -134,7 +138,7 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 	if err := l.fail("lookup"); err != nil {
 		return nil, err
 	}
-	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, parks: map[recordid.ID][]park.Receipt{}, attempts: map[recordid.ID]int{}}
+	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, parks: map[recordid.ID][]park.Receipt{}, byRef: map[recordid.ID]bool{}, attempts: map[recordid.ID]int{}}
 	in := func(id recordid.ID) bool {
 		return seqnum.Compare(id.Seq, first) >= 0 && seqnum.Compare(id.Seq, last) <= 0
 	}
@@ -155,6 +159,11 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 		for _, id := range e.Failed {
 			if in(id) {
 				v.attempts[id]++
+			}
+		}
+		for _, id := range e.ParkedByRef {
+			if in(id) {
+				v.byRef[id] = true
 			}
 		}
 		for _, p := range e.Parks {
