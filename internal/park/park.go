@@ -37,7 +37,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -48,8 +50,11 @@ import (
 )
 
 // Version is the message format version written in every message ("v"). Version 2 added
-// parkId and payloadS3; Decode still reads version 1.
-const Version = 2
+// parkId and payloadS3; version 3 carries the partition key as base64 (partitionKeyB64, any
+// bytes a KPL aggregate's key table may hold) and a last error that is not UTF-8 as base64
+// (lastErrorB64), and escapes U+FFFE and U+FFFF, which SQS refuses in a body. Decode still
+// reads versions 1 and 2.
+const Version = 3
 
 // DefaultMaxMessageBytes is the largest message (body plus attributes) sent with the payload
 // inline: 1 MiB, the SQS ceiling (SendMessage API reference: "The maximum size is 1 MiB or
@@ -335,7 +340,7 @@ func newParkID() string {
 // input builds the SendMessage request for m and its size as SQS counts it (body plus each
 // attribute's name, type and value).
 func (p *Parker) input(m Message) (*sqs.SendMessageInput, int, error) {
-	body, err := json.Marshal(m)
+	body, err := encode(m)
 	if err != nil {
 		return nil, 0, fmt.Errorf("park: encode record %s: %w", m.RecordID, err)
 	}
@@ -366,17 +371,78 @@ func (p *Parker) input(m Message) (*sqs.SendMessageInput, int, error) {
 	return in, size, nil
 }
 
-// Decode parses a parked message body (for redrive and tools), version 2 or 1. An inline
+// wireV3 is the body of a version-3 message: Message with the partition key (and a last error
+// that is not UTF-8) as base64. Its PartitionKey shadows Message's, so "partitionKey" is never
+// written, and is refused when read.
+type wireV3 struct {
+	Message
+	PartitionKey    *string `json:"partitionKey,omitempty"`
+	PartitionKeyB64 []byte  `json:"partitionKeyB64"`
+	LastErrorB64    []byte  `json:"lastErrorB64,omitempty"`
+}
+
+// encode writes m as a version-3 body made only of characters SQS accepts in a message (#x9,
+// #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD, #x10000 to #x10FFFF; SendMessage API reference).
+// encoding/json already escapes control characters and writes valid UTF-8 (no surrogates), but
+// leaves U+FFFE and U+FFFF raw: they are escaped here (they occur only inside JSON strings,
+// where \ufffe and \uffff read back as the same characters). The key is base64, so its bytes come
+// back exactly, UTF-8 or not.
+func encode(m Message) ([]byte, error) {
+	w := wireV3{Message: m, PartitionKeyB64: []byte(m.PartitionKey)}
+	if w.PartitionKeyB64 == nil {
+		w.PartitionKeyB64 = []byte{}
+	}
+	if !utf8.ValidString(m.LastError) {
+		w.LastErrorB64, w.Message.LastError = []byte(m.LastError), strings.ToValidUTF8(m.LastError, "\uFFFD")
+	}
+	body, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	body = bytes.ReplaceAll(body, []byte("\uFFFE"), []byte(`\ufffe`))
+	return bytes.ReplaceAll(body, []byte("\uFFFF"), []byte(`\uffff`)), nil
+}
+
+// Encode returns the version-3 body of m (its Version is ignored), as Park sends it.
+func Encode(m Message) (string, error) {
+	m.Version = Version
+	b, err := encode(m)
+	return string(b), err
+}
+
+// Decode parses a parked message body (for redrive and tools), version 3, 2 or 1. An inline
 // payload is verified against DataSHA256 here; one in S3 when Payload reads it.
 func Decode(body string) (Message, error) {
-	var m Message
-	if err := json.Unmarshal([]byte(body), &m); err != nil {
+	var head struct {
+		V int `json:"v"`
+	}
+	if err := json.Unmarshal([]byte(body), &head); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	var m Message
+	switch head.V {
+	case 1, 2:
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	case 3:
+		var w wireV3
+		if err := json.Unmarshal([]byte(body), &w); err != nil {
+			return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		if w.PartitionKey != nil {
+			return Message{}, fmt.Errorf("%w: version 3 carries the partition key as partitionKeyB64 only", ErrInvalid)
+		}
+		m = w.Message
+		m.PartitionKey = string(w.PartitionKeyB64)
+		if w.LastErrorB64 != nil {
+			m.LastError = string(w.LastErrorB64)
+		}
+	default:
+		return Message{}, fmt.Errorf("%w: version %d, want 1, 2 or %d", ErrInvalid, head.V, Version)
+	}
 	switch {
-	case m.Version != 1 && m.Version != Version:
-		return Message{}, fmt.Errorf("%w: version %d, want 1 or %d", ErrInvalid, m.Version, Version)
-	case m.Version == Version && m.ByRef:
+	case m.Version >= 2 && m.ByRef:
 		return Message{}, fmt.Errorf("%w: version %d has no by-reference messages", ErrInvalid, m.Version)
 	case m.Version == 1 && m.PayloadS3 != nil:
 		return Message{}, fmt.Errorf("%w: version 1 has no payload objects", ErrInvalid)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,11 +14,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/metrics"
 
+	"github.com/gapless-dev/gapless/internal/kpl"
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
@@ -453,4 +456,92 @@ func receiptConfirms(t *testing.T, ledger pipeline.Ledger, shard recordid.Shard,
 		}
 	}
 	return false
+}
+
+// TestParkKeepsEveryByte: a record whose partition key and last error hold U+FFFE and U+FFFF
+// (which SQS refuses raw, and encoding/json leaves raw) parks on attempt MAX_RECORD_ATTEMPTS,
+// and its message brings the key and error back exactly. Before, SendMessage failed with
+// InvalidMessageContents on every attempt: the record could never be parked.
+func TestParkKeepsEveryByte(t *testing.T) {
+	ctx := context.Background()
+	hs := newHoldStack(t)
+	shard := recordid.Shard{Group: ugroup, Stream: ustream, ShardID: "shardId-000000000000"}
+	for i, tc := range []struct{ key, err string }{
+		{key: "key-\uFFFE-\uFFFF", err: "plain"},
+		{key: "plain", err: "rejected: \uFFFF\uFFFE and \x01 control"},
+	} {
+		r := pipeline.Record{ID: recordid.ID{ShardID: shard.ShardID, Seq: fakeSeq(i + 1)}, PartitionKey: tc.key, Data: []byte("d"), ArrivalTime: time.Now()}
+		fail := func(context.Context, pipeline.Record) error { return errors.New(tc.err) }
+		p, err := pipeline.New(hs.ledger, &pipelinetest.Checkpoint{}, hs.parker, fail, pipeline.Config{MaxRecordAttempts: 2, MaxConcurrency: 1}, pipeline.WithLogger(discard()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for attempt := 1; attempt <= 2; attempt++ {
+			res, err := p.Run(ctx, pipeline.Batch{Shard: shard, Source: pipeline.SourceConsumer, Records: []pipeline.Record{r}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := attempt == 2; (res.Parked == 1) != want {
+				t.Fatalf("case %d attempt %d: %+v (park failures %d), want parked=%v", i, attempt, res, res.ParkFailures, want)
+			}
+		}
+		msgs := drainParked(t, hs.sqs, hs.url)
+		if len(msgs) != 1 || msgs[0].PartitionKey != tc.key || msgs[0].LastError != tc.err {
+			t.Fatalf("case %d: parked %+v, want key %q and error %q exactly", i, msgs, tc.key, tc.err)
+		}
+	}
+}
+
+// TestNonUTF8KeyFromAKPLAggregate: a real KPL aggregate whose key table holds a key that is not
+// UTF-8 (the KPL format allows any bytes). Under ON_PARK=hold-key its first user record fails
+// and parks, holding the key, and the second parks behind it. A redrive with the cause fixed
+// hands Process the exact key bytes, finds the hold under them, applies both in order and
+// releases the key. Before, the key came back with U+FFFD: Process got another key, the hold was
+// not found under it and was never released, and every later record of the key stayed parked.
+func TestNonUTF8KeyFromAKPLAggregate(t *testing.T) {
+	ctx := context.Background()
+	hs := newHoldStack(t)
+	key := "k\xff\xfe\x80"
+	agg, err := kpl.Aggregate([]kpl.UserRecord{{PartitionKey: key, Data: []byte("first")}, {PartitionKey: key, Data: []byte("second")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := recordid.Shard{Group: ugroup, Stream: ustream, ShardID: "shardId-000000000000"}
+	recs := UserRecords(shard.ShardID, []types.Record{{SequenceNumber: aws.String(fakeSeq(1)), PartitionKey: aws.String("outer"), Data: agg,
+		ApproximateArrivalTimestamp: aws.Time(time.Now())}})
+	if len(recs) != 2 || recs[0].PartitionKey != key {
+		t.Fatalf("deaggregated %+v", recs)
+	}
+	var mu sync.Mutex
+	fixed := false
+	var applied []string
+	proc := func(_ context.Context, r pipeline.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !fixed && string(r.Data) == "first" {
+			return errors.New("poison")
+		}
+		applied = append(applied, fmt.Sprintf("%q=%s", r.PartitionKey, r.Data))
+		return nil
+	}
+	cfg := pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 2}
+	consumer, err := pipeline.New(hs.ledger, &pipelinetest.Checkpoint{}, hs.parker, proc, cfg,
+		pipeline.WithHoldKey(pipeline.HoldStore{H: hs.holds}), pipeline.WithLogger(discard()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := consumer.Run(ctx, pipeline.Batch{Shard: shard, Source: pipeline.SourceConsumer, Records: recs}); err != nil || res.Parked != 2 || res.HeldParked != 1 {
+		t.Fatalf("consumer: %+v %v", res, err)
+	}
+	mu.Lock()
+	fixed = true
+	mu.Unlock()
+	rep := runHoldRedrive(t, hs.ledger, hs.parker, proc, cfg, hs.sqs, hs.url, hs.holds)
+	want := []string{fmt.Sprintf("%q=first", key), fmt.Sprintf("%q=second", key)}
+	if !slices.Equal(applied, want) || rep.Released != 1 {
+		t.Fatalf("applied %v, released %d (report %+v); want %v and the key released", applied, rep.Released, rep, want)
+	}
+	if _, held, err := hs.holds.Get(ctx, ugroup, key); held || err != nil {
+		t.Fatalf("the key is still held (%v)", err)
+	}
 }

@@ -66,11 +66,18 @@ func parkedBody(t *testing.T, group string, i int, data []byte, byRef bool) stri
 	if byRef { // only releases before payloads went to S3 wrote these, as version 1
 		m.Data, m.Version, m.ParkID = nil, 1, ""
 	}
-	b, err := json.Marshal(m)
+	if byRef {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	b, err := park.Encode(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	return b
 }
 
 func TestRedriveOutcomes(t *testing.T) {
