@@ -64,14 +64,11 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		reconcile.WithRedriveHolds(dedupe.NewHolds(c.ddb, o.dedupeTable)),
 		reconcile.WithRedrivePayloadBucket(o.payloadBucket),
 		reconcile.WithRedriveLogger(log), reconcile.WithRedrivePayloads(c.s3), reconcile.WithRedriveProgress(func(ev reconcile.RedriveEvent) {
-			line := fmt.Sprintf("redrive %s: %s", orDash(ev.RecordID, ev.MessageID), ev.Outcome)
-			if ev.Attempts > 0 {
-				line += fmt.Sprintf(" after %d attempt(s)", ev.Attempts)
-			}
+			why := ""
 			if ev.Err != nil {
-				line += ": " + ev.Err.Error()
+				why = ev.Err.Error()
 			}
-			fmt.Fprintln(stderr, line)
+			fmt.Fprintln(stderr, redriveLine(ev.RecordID, ev.MessageID, string(ev.Outcome), ev.Attempts, why))
 		}))
 	if err != nil {
 		return err
@@ -101,6 +98,19 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", n)
 	}
 	return nil
+}
+
+// redriveLine is the progress line of one parked message. Record ids and error texts come from
+// message data: the line is escaped (printable) so a message cannot drive the terminal.
+func redriveLine(recordID, messageID, outcome string, attempts int, why string) string {
+	line := fmt.Sprintf("redrive %s: %s", orDash(recordID, messageID), outcome)
+	if attempts > 0 {
+		line += fmt.Sprintf(" after %d attempt(s)", attempts)
+	}
+	if why != "" {
+		line += ": " + why
+	}
+	return printable(line)
 }
 
 func orDash(a, b string) string {

@@ -173,7 +173,7 @@ func (r *batchRun) parkHeld(ctx context.Context, rec *Record, i int, behind reco
 	}
 	o.heldKey = true
 	o.attempts = r.plan.attempts(r.view, i, rec.ID)
-	log := recordLogger(r.log, rec)
+	log := r.p.recordLogger(r.log, rec)
 	head, err := r.p.holder.Hold(ctx, r.b.Shard.Group, rec.PartitionKey, []recordid.ID{rec.ID}, false)
 	switch {
 	case errors.Is(err, ErrNoHold):
@@ -212,7 +212,7 @@ func (r *batchRun) holdHead(ctx context.Context, rec *Record, o *outcome) (strin
 	}
 	head, err := r.p.holder.Hold(ctx, r.b.Shard.Group, rec.PartitionKey, []recordid.ID{rec.ID}, true)
 	if err != nil {
-		recordLogger(r.log, rec).ErrorContext(ctx, "record due for parking: key hold not written, record left failed", "error", err)
+		r.p.recordLogger(r.log, rec).ErrorContext(ctx, "record due for parking: key hold not written, record left failed", "error", err)
 		o.status, o.parkErr = statusFailed, true
 		return "", false
 	}

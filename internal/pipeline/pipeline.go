@@ -881,7 +881,7 @@ func (r *batchRun) wait(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		rec := &r.b.Records[i]
 		*o = outcome{abandoned: true, attempted: true, err: ErrAbandoned, attempts: r.plan.attempts(r.view, i, rec.ID) + 1}
-		recordLogger(r.log, rec).ErrorContext(ctx, "process did not return before the deadline: counted as a failed attempt and abandoned",
+		r.p.recordLogger(r.log, rec).ErrorContext(ctx, "process did not return before the deadline: counted as a failed attempt and abandoned",
 			"attempts", o.attempts, "max_attempts", r.p.cfg.MaxRecordAttempts)
 		r.finishFailed(ctx, rec, o)
 	}
@@ -974,7 +974,7 @@ func (r *batchRun) deadlineNear(ctx context.Context) bool {
 func (r *batchRun) parkDead(ctx context.Context, rec *Record, i int, o *outcome) {
 	o.attempted, o.died, o.err = false, true, ErrDied
 	o.attempts = r.plan.attempts(r.view, i, rec.ID)
-	recordLogger(r.log, rec).ErrorContext(ctx, "record killed the invocations that ran it: parking it without running it again",
+	r.p.recordLogger(r.log, rec).ErrorContext(ctx, "record killed the invocations that ran it: parking it without running it again",
 		"attempts", o.attempts, "dead_attempts", r.plan.deathsOf(i), "max_attempts", r.p.cfg.MaxRecordAttempts)
 	r.finishFailed(ctx, rec, o)
 	if o.status == statusFailed {
@@ -987,7 +987,7 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, i int, o *o
 	p := r.p
 	log := r.log // with the record's attributes, built only when a line is written
 	if r.log.Enabled(ctx, slog.LevelDebug) || rec.DecodeErr != nil {
-		log = recordLogger(r.log, rec)
+		log = r.p.recordLogger(r.log, rec)
 	}
 	err := rec.DecodeErr
 	if err == nil {
@@ -1004,11 +1004,11 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, i int, o *o
 				case cerr != nil:
 					// Not the record's fault: fail it (retried later) without counting an attempt,
 					// and never skip it.
-					recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
+					r.p.recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
 					o.status, o.err = statusFailed, fmt.Errorf("claim business key: %w", cerr)
 					return
 				case dup:
-					recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
+					r.p.recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
 					o.status = statusKeyDup
 					return
 				}
@@ -1029,7 +1029,7 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, i int, o *o
 // finishFailed logs a failed attempt and parks the record when its attempts are used up.
 func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	p := r.p
-	log := recordLogger(r.log, rec)
+	log := r.p.recordLogger(r.log, rec)
 	err := o.err
 	attrs := []any{"attempts", o.attempts, "max_attempts", p.cfg.MaxRecordAttempts, "error", err.Error()}
 	if p.cfg.LogPayloads {
@@ -1064,15 +1064,21 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	}
 }
 
-func recordLogger(l *slog.Logger, rec *Record) *slog.Logger {
-	return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub, "partition_key", rec.PartitionKey)
+// recordLogger adds a record's attributes to l. The partition key is user data: it is logged
+// only with payload logging on (Config.LogPayloads); otherwise a short digest of it (the first
+// 16 hex digits of its SHA-256, park.KeyDigest) lets lines of one key be matched.
+func (p *Pipeline) recordLogger(l *slog.Logger, rec *Record) *slog.Logger {
+	if p.cfg.LogPayloads {
+		return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub, "partition_key", rec.PartitionKey)
+	}
+	return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub, "partition_key_sha256", park.KeyDigest(rec.PartitionKey)[:16])
 }
 
 // call runs Process, turning a panic into an error.
 func (p *Pipeline) call(ctx context.Context, log *slog.Logger, rec *Record) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			recordLogger(log, rec).ErrorContext(ctx, "process panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			p.recordLogger(log, rec).ErrorContext(ctx, "process panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			err = fmt.Errorf("%w: %v", ErrPanic, v)
 		}
 	}()
