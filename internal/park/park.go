@@ -146,6 +146,12 @@ type Record struct {
 	LastError    string
 	HeldBehind   string // see Message.HeldBehind
 	Source       string
+	// GroupPerRecord (ON_PARK=hold-key) gives the message, on a FIFO parked queue, a message
+	// group of its own record instead of its shard's: the hold, not the queue, orders a held
+	// key's records, and one group per shard would put a re-parked head behind its followers
+	// (never received while they wait for it) and let one unredrivable message at a group's
+	// front starve every later parked record of the shard.
+	GroupPerRecord bool
 }
 
 // Result says how a record was parked.
@@ -293,7 +299,7 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 	if m.Data == nil {
 		m.Data = []byte{}
 	}
-	in, size, err := p.input(m)
+	in, size, err := p.input(m, r.GroupPerRecord)
 	if err != nil {
 		return Result{}, err
 	}
@@ -311,7 +317,7 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 			return Result{}, fmt.Errorf("park: store payload of record %s in s3://%s/%s: %w", m.RecordID, ptr.Bucket, ptr.Key, err)
 		}
 		m.Data, m.PayloadS3 = []byte{}, ptr
-		if in, size, err = p.input(m); err != nil {
+		if in, size, err = p.input(m, r.GroupPerRecord); err != nil {
 			return Result{}, err
 		}
 		if size > p.maxBytes {
@@ -339,7 +345,7 @@ func newParkID() string {
 
 // input builds the SendMessage request for m and its size as SQS counts it (body plus each
 // attribute's name, type and value).
-func (p *Parker) input(m Message) (*sqs.SendMessageInput, int, error) {
+func (p *Parker) input(m Message, groupPerRecord bool) (*sqs.SendMessageInput, int, error) {
 	body, err := encode(m)
 	if err != nil {
 		return nil, 0, fmt.Errorf("park: encode record %s: %w", m.RecordID, err)
@@ -366,6 +372,9 @@ func (p *Parker) input(m Message) (*sqs.SendMessageInput, int, error) {
 		// record id alone SQS would accept that second send and drop it, and redrive would then
 		// delete the only message left (docs/reconciler.md, redrive).
 		in.MessageGroupId = aws.String(hashIfLong(m.Group + ":" + m.Stream + ":" + m.ShardID))
+		if groupPerRecord {
+			in.MessageGroupId = aws.String(hashIfLong(m.Group + ":" + m.Stream + ":" + m.RecordID))
+		}
 		in.MessageDeduplicationId = aws.String(hashIfLong(m.RecordID + "/" + m.ParkID))
 	}
 	return in, size, nil

@@ -189,7 +189,8 @@ func (r *batchRun) parkHeld(ctx context.Context, rec *Record, i int, behind reco
 		head = behind // (cannot differ: a key has one head until released)
 	}
 	pr := park.Record{ID: rec.ID, Shard: r.b.Shard, PartitionKey: rec.PartitionKey, ArrivalTime: rec.ArrivalTime,
-		Data: rec.Data, Attempts: o.attempts, LastError: "held behind " + head.String(), HeldBehind: head.String(), Source: r.b.Source}
+		Data: rec.Data, Attempts: o.attempts, LastError: "held behind " + head.String(), HeldBehind: head.String(), Source: r.b.Source,
+		GroupPerRecord: true}
 	if head == rec.ID {
 		pr.LastError, pr.HeldBehind = "parked again as the head of its held key", ""
 	}

@@ -1049,6 +1049,7 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	pr, perr := p.parker.Park(ctx, park.Record{
 		ID: rec.ID, Shard: r.b.Shard, PartitionKey: rec.PartitionKey, ArrivalTime: rec.ArrivalTime,
 		Data: rec.Data, Attempts: o.attempts, LastError: err.Error(), Source: r.b.Source, HeldBehind: heldBehind,
+		GroupPerRecord: p.holder != nil, // the hold orders a held key's records (park.Record)
 	})
 	switch {
 	case perr != nil:

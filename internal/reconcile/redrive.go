@@ -101,6 +101,9 @@ func (v redriveView) ParkReceipts(id recordid.ID) []park.Receipt {
 // Done is true for records done without being parked. A view that cannot tell parked records
 // apart makes every record run again.
 func (v redriveView) Done(id recordid.ID) bool {
+	if rv, ok := v.inner.(interface{ RedriveProcessed(recordid.ID) bool }); ok && rv.RedriveProcessed(id) {
+		return true // a redrive processed it already (its response may have been lost)
+	}
 	pv, ok := v.inner.(parkedView)
 	return ok && v.inner.Done(id) && !pv.Parked(id)
 }

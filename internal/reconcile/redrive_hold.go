@@ -161,6 +161,13 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 		for _, id := range st.Held[:min(st.Applied, len(st.Held))] {
 			applied[id] = true
 		}
+		// Messages of records the hold counts applied are copies left by a lost response (the
+		// applied count moved, the delete did not happen or was not acknowledged): the record is
+		// applied and its message confirmed, so it is deleted, never redriven again (it would
+		// run after the key's later records once the key is released).
+		for id := range applied {
+			s.deleteApplied(ctx, byID, id, rep)
+		}
 		i := st.Applied
 		for ; i < len(st.Held); i++ {
 			id := st.Held[i]
@@ -194,13 +201,8 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 					"record_id", id.String(), "outcome", string(ev.Outcome))
 				return append(keep, leave(fmt.Errorf("reconcile: held behind %s (%s)", id, ev.Outcome))...)
 			}
-			for _, dup := range ms[1:] { // the same record parked more than once
-				if _, err := d.q.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(d.url), ReceiptHandle: dup.ReceiptHandle}); err != nil {
-					rep.DeleteFailures++
-				}
-				rep.Duplicates++
-			}
-			delete(byID, id.String())
+			byID[id.String()] = ms[1:] // the same record parked more than once: copies of it
+			s.deleteApplied(ctx, byID, id, rep)
 			applied[id] = true
 		}
 		err := d.holds.Release(ctx, d.cfg.Group, key, len(st.Held))
@@ -218,6 +220,20 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 			return append(keep, leave(err)...)
 		}
 	}
+}
+
+// deleteApplied deletes the session's messages of id, a record the hold counts applied (each
+// confirmed by the ledger when it was taken).
+func (s *heldSession) deleteApplied(ctx context.Context, byID map[string][]sqstypes.Message, id recordid.ID, rep *RedriveReport) {
+	d := s.d
+	for _, dup := range byID[id.String()] {
+		if _, err := d.q.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(d.url), ReceiptHandle: dup.ReceiptHandle}); err != nil {
+			rep.DeleteFailures++
+		}
+		rep.Duplicates++
+		d.report(RedriveEvent{MessageID: aws.ToString(dup.MessageId), RecordID: id.String(), Outcome: OutcomeDuplicate})
+	}
+	delete(byID, id.String())
 }
 
 // handleCounted redrives m like Run does and counts it; the receipt handle when it stays.

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gapless-dev/gapless/internal/park"
@@ -49,6 +50,7 @@ type View struct {
 	parked   map[recordid.ID]bool
 	parks    map[recordid.ID][]park.Receipt
 	byRef    map[recordid.ID]bool
+	redriven map[recordid.ID]bool
 	attempts map[recordid.ID]int
 	markers  []pipeline.MarkerState
 }
@@ -110,6 +112,9 @@ func (l *Ledger) Markers(shard recordid.Shard) []pipeline.Marker {
 // Done implements pipeline.View.
 func (v *View) Done(id recordid.ID) bool { return v.done[id] }
 
+// RedriveProcessed reports whether an entry of source redrive lists id done and not parked.
+func (v *View) RedriveProcessed(id recordid.ID) bool { return v.redriven[id] }
+
 // ParkedByRef reports whether id was parked by reference.
 func (v *View) ParkedByRef(id recordid.ID) bool { return v.byRef[id] }
 
@@ -138,7 +143,7 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 	if err := l.fail("lookup"); err != nil {
 		return nil, err
 	}
-	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, parks: map[recordid.ID][]park.Receipt{}, byRef: map[recordid.ID]bool{}, attempts: map[recordid.ID]int{}}
+	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, parks: map[recordid.ID][]park.Receipt{}, byRef: map[recordid.ID]bool{}, redriven: map[recordid.ID]bool{}, attempts: map[recordid.ID]int{}}
 	in := func(id recordid.ID) bool {
 		return seqnum.Compare(id.Seq, first) >= 0 && seqnum.Compare(id.Seq, last) <= 0
 	}
@@ -159,6 +164,13 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 		for _, id := range e.Failed {
 			if in(id) {
 				v.attempts[id]++
+			}
+		}
+		if e.Source == pipeline.SourceRedrive {
+			for _, id := range e.Done {
+				if in(id) && !slices.Contains(e.Parked, id) {
+					v.redriven[id] = true
+				}
 			}
 		}
 		for _, id := range e.ParkedByRef {
