@@ -54,10 +54,14 @@ func TestHoldWalkLostResponses(t *testing.T) {
 		match func(*faultproxy.Request) bool
 		max   int // occurrences in a clean walk of three records
 	}{
-		{"ledger entry", ddbProxy, func(r *faultproxy.Request) bool { return r.Action() == "PutItem" && bytes.Contains(r.Body, []byte("#B#")) }, 3},
+		{"ledger entry", ddbProxy, func(r *faultproxy.Request) bool {
+			return r.Action() == "PutItem" && bytes.Contains(r.Body, []byte("#B#"))
+		}, 3},
 		{"applied count", ddbProxy, func(r *faultproxy.Request) bool { return r.Action() == "UpdateItem" }, 3},
 		{"message delete", sqsProxy, func(r *faultproxy.Request) bool { return r.Action() == "DeleteMessage" }, 3},
-		{"release", ddbProxy, func(r *faultproxy.Request) bool { return r.Action() == "DeleteItem" && bytes.Contains(r.Body, []byte("H|")) }, 1},
+		{"release", ddbProxy, func(r *faultproxy.Request) bool {
+			return r.Action() == "DeleteItem" && bytes.Contains(r.Body, []byte("H|"))
+		}, 1},
 	}
 	for _, w := range writes {
 		for n := 1; n <= w.max; n++ {
