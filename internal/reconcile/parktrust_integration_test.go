@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -543,5 +544,74 @@ func TestNonUTF8KeyFromAKPLAggregate(t *testing.T) {
 	}
 	if _, held, err := hs.holds.Get(ctx, ugroup, key); held || err != nil {
 		t.Fatalf("the key is still held (%v)", err)
+	}
+}
+
+// TestCrashBetweenParkAndLedger: the parked message is accepted and the ledger write of the
+// entry counting the record done fails (a crash between the two, as far as the ledger can
+// tell). The record is not done, runs again and is parked again under a new park id, which the
+// ledger records. Redrive then applies the record once, from the recorded park's message, and
+// refuses the first copy (its park id was never recorded), naming the recorded park of the same
+// payload, and leaves it in the queue.
+func TestCrashBetweenParkAndLedger(t *testing.T) {
+	ctx := context.Background()
+	client, url := stacktest.SQS(t), stacktest.Queue(t, "parked", false)
+	parker := park.New(client, url)
+	ledger := &pipelinetest.Ledger{}
+	var failOnce atomic.Bool
+	failOnce.Store(true)
+	ledger.Fail = func(op string) error {
+		if op == "record" && failOnce.CompareAndSwap(true, false) {
+			return errors.New("crashed before the ledger write")
+		}
+		return nil
+	}
+	shard := recordid.Shard{Group: ugroup, Stream: ustream, ShardID: "shardId-000000000000"}
+	r := pipeline.Record{ID: recordid.ID{ShardID: shard.ShardID, Seq: fakeSeq(1)}, PartitionKey: "K", Data: []byte("order"), ArrivalTime: time.Now()}
+	seen := &payloadsSeen{}
+	cfg := pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 1}
+	p, err := pipeline.New(ledger, &pipelinetest.Checkpoint{}, parker, seen.process, cfg, pipeline.WithLogger(discard()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Run(ctx, pipeline.Batch{Shard: shard, Source: pipeline.SourceConsumer, Records: []pipeline.Record{r}}); !errors.Is(err, pipeline.ErrLedger) {
+		t.Fatalf("first run: %v, want the ledger failure", err)
+	}
+	if res, err := p.Run(ctx, pipeline.Batch{Shard: shard, Source: pipeline.SourceConsumer, Records: []pipeline.Record{r}}); err != nil || res.Parked != 1 {
+		t.Fatalf("second run: %+v %v", res, err)
+	}
+	msgs := parkedMessages(t, client, url)
+	if len(msgs) != 2 || msgs[0].ParkID == msgs[1].ParkID {
+		t.Fatalf("parked %d messages, want 2 with distinct park ids", len(msgs))
+	}
+	seen.mu.Lock()
+	seen.fixed = true
+	seen.mu.Unlock()
+	rp, err := pipeline.New(NewRedriveLedger(ledger), &pipelinetest.Checkpoint{}, parker, seen.process, cfg, pipeline.WithLogger(discard()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var why []string
+	d, err := NewRedriver(client, url, newMemKinesis(), rp, RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 1,
+		Backoff: time.Millisecond, VisibilityTimeout: 30 * time.Second}, WithRedriveLogger(discard()), WithRedriveProgress(func(ev RedriveEvent) {
+		if ev.Outcome == OutcomeRefused {
+			why = append(why, ev.Err.Error())
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := d.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seen.of(r.ID); !slices.Equal(got, []string{"order"}) || rep.Processed != 1 || rep.Refused != 1 {
+		t.Fatalf("applied %q, report %+v: want the record applied once and the unrecorded copy refused", got, rep)
+	}
+	if len(why) != 1 || !strings.Contains(why[0], "of the same payload") {
+		t.Fatalf("refusal reasons %q, want the stale copy named as such", why)
+	}
+	if left := drainParked(t, client, url); len(left) != 1 {
+		t.Fatalf("%d messages left, want the refused copy", len(left))
 	}
 }
