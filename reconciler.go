@@ -88,7 +88,8 @@ func (o options) newRedriver(cfg config.Reconciler, p ProcessFunc, parts wire.Pa
 		rc.MaxRecordAttempts = cfg.MaxRecordAttempts
 		return reconcile.NewRedriver(sqsClient, cfg.ParkedQueueURL, kin, rp.Pipeline, rc,
 			reconcile.WithRedriveHolds(dedupe.NewHolds(ddb, cfg.DedupeTable)), reconcile.WithRedriveLogger(parts.Logger),
-			reconcile.WithRedrivePayloads(objects), reconcile.WithRedriveProgress(progress))
+			reconcile.WithRedrivePayloads(objects), reconcile.WithRedrivePayloadBucket(cfg.PayloadBucket),
+			reconcile.WithRedriveMetrics(parts.Metrics), reconcile.WithRedriveProgress(progress))
 	}
 }
 

@@ -235,11 +235,11 @@ func (nopParker) Park(context.Context, park.Record) (park.Result, error) {
 // requeue sends a parked message back to the parked queue (after a test drained it).
 func (s *opsStack) requeue(m park.Message) {
 	s.t.Helper()
-	b, err := json.Marshal(m)
+	b, err := park.Encode(m)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if _, err := s.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.parkedURL), MessageBody: aws.String(string(b))}); err != nil {
+	if _, err := s.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.parkedURL), MessageBody: aws.String(b)}); err != nil {
 		s.t.Fatal(err)
 	}
 }

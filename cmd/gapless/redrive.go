@@ -25,6 +25,7 @@ type redriveOutput struct {
 	DeleteFailures int `json:"delete_failures"`
 	Held           int `json:"held"`     // left behind a held key's head not applied yet (ON_PARK=hold-key)
 	Released       int `json:"released"` // held keys released: every held record applied in order
+	Refused        int `json:"refused"`  // not confirmed by the ledger's park records: never applied, left in the queue
 }
 
 func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -94,6 +95,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		out.ParkedAgain += r.ParkedAgain
 		out.DeleteFailures += r.DeleteFailures
 		out.Released += r.Released
+		out.Refused += r.Refused
 		out.Left, out.Skipped, out.Invalid, out.Held = r.Left, r.Skipped, r.Invalid, r.Held
 		last = r
 		if res.Error != "" {
@@ -115,6 +117,9 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "%d parked messages: %d processed, %d already done, %d parked again, %d left in the queue, %d skipped, %d invalid\n",
 			out.Received, out.Processed, out.Duplicates, out.ParkedAgain, out.Left, out.Skipped, out.Invalid)
+		if out.Refused > 0 {
+			fmt.Fprintf(stdout, "%d refused: the ledger records no such park (forged, altered, or sent before a crash); left in the queue for an operator\n", out.Refused)
+		}
 		if out.Held+out.Released > 0 {
 			fmt.Fprintf(stdout, "held keys: %d released, %d records still held behind a head not applied\n", out.Released, out.Held)
 		}
@@ -122,8 +127,10 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if runErr != nil {
 		return runErr
 	}
-	if last != nil && last.Left+last.Invalid+last.Held > 0 {
-		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", last.Left+last.Invalid+last.Held)
+	// Refused messages stay in the queue for an operator; the count is the session's, not the
+	// last invocation's (a later invocation receives them again and refuses them again).
+	if last != nil && last.Left+last.Invalid+last.Held+out.Refused > 0 {
+		return fmt.Errorf("%d messages left in the parked queue (see the lines above)", last.Left+last.Invalid+last.Held+out.Refused)
 	}
 	return nil
 }
@@ -131,18 +138,24 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // printRedriveEvents prints one line per parked message the function handled.
 func printRedriveEvents(w io.Writer, r *reconcile.RedriveResult) {
 	for _, ev := range r.Events {
-		line := fmt.Sprintf("redrive %s: %s", printable(orDash(ev.RecordID, ev.MessageID), false), printable(ev.Outcome, false))
-		if ev.Attempts > 0 {
-			line += fmt.Sprintf(" after %d attempt(s)", ev.Attempts)
-		}
-		if ev.Error != "" {
-			line += ": " + printable(ev.Error, false)
-		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w, redriveLine(ev.RecordID, ev.MessageID, ev.Outcome, ev.Attempts, ev.Error))
 	}
 	if r.EventsOmitted > 0 {
 		fmt.Fprintf(w, "redrive: %d more messages handled (not listed)\n", r.EventsOmitted)
 	}
+}
+
+// redriveLine is the progress line of one parked message. Record ids and error texts come from
+// message data: the line is escaped (printable) so a message cannot drive the terminal.
+func redriveLine(recordID, messageID, outcome string, attempts int, why string) string {
+	line := fmt.Sprintf("redrive %s: %s", orDash(recordID, messageID), outcome)
+	if attempts > 0 {
+		line += fmt.Sprintf(" after %d attempt(s)", attempts)
+	}
+	if why != "" {
+		line += ": " + why
+	}
+	return printable(line, false)
 }
 
 func orDash(a, b string) string {

@@ -277,7 +277,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *onPark == config.OnParkHoldKey {
 		l, err := dedupe.ListHolds(ctx, c.ddb, o.dedupeTable, o.group, *maxHoldScan)
 		if err != nil {
-			fmt.Fprintf(stderr, "held keys unavailable: %v\n", err)
+			fmt.Fprintf(stderr, "held keys unavailable: %s\n", printable(err.Error(), false))
 		} else {
 			out.Holds = holdsOf(l)
 		}
@@ -388,7 +388,7 @@ func printStatus(w io.Writer, out statusOutput) {
 	}
 	for _, s := range st.Shards {
 		if s.Error != "" {
-			fmt.Fprintf(w, "shard %s: %s\n", s.ShardID, s.Error)
+			fmt.Fprintf(w, "shard %s: %s\n", s.ShardID, printable(s.Error, false))
 		}
 	}
 }

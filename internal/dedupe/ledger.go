@@ -123,6 +123,7 @@ type Ledger struct {
 	backoff        time.Duration // first wait before retrying unprocessed items
 	maxBackoff     time.Duration
 	nonce          func() string
+	parkTTL        time.Duration // least lifetime of an item holding park records (park.go)
 }
 
 // Option configures a Ledger.
@@ -160,6 +161,7 @@ func New(client dynamoAPI, table string, opts ...Option) *Ledger {
 		backoff:        50 * time.Millisecond,
 		maxBackoff:     2 * time.Second,
 		nonce:          randomNonce,
+		parkTTL:        DefaultParkTTL,
 	}
 	for _, o := range opts {
 		o(l)
@@ -195,11 +197,16 @@ type Entry struct {
 	// Nonce, when set, is the nonce of the invocation's in-flight Marker: the entry completes
 	// it. Empty: a random nonce.
 	Nonce string
+	// Parks are the parks of records in Parked (at most one each per entry; see park.go):
+	// written in the same item as the record's id, so the ledger never counts a record done
+	// by a park it does not know.
+	Parks []Park
 }
 
 // entrySets are an Entry's sets, validated, sorted and unique.
 type entrySets struct {
 	done, parked, byRef, failed []recordid.ID
+	parks                       []Park // sorted by id
 }
 
 func (l *Ledger) validate(shard recordid.Shard, e Entry) (entrySets, error) {
@@ -246,6 +253,9 @@ func (l *Ledger) validate(shard recordid.Shard, e Entry) (entrySets, error) {
 	if id, ok := notSubset(s.byRef, s.parked); ok {
 		return s, fmt.Errorf("%w: parked-by-reference record %s is not in Parked", ErrInvalid, id)
 	}
+	if s.parks, err = sortedParks(e.Parks, shard, s.parked); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
@@ -291,6 +301,7 @@ func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) erro
 			ws = entrySets{
 				done: withinSeq(sets.done, w.first, w.last), parked: withinSeq(sets.parked, w.first, w.last),
 				byRef: withinSeq(sets.byRef, w.first, w.last), failed: withinSeq(sets.failed, w.first, w.last),
+				parks: parksWithinSeq(sets.parks, w.first, w.last),
 			}
 		}
 		whole := l.item(pk, nonce, len(items), w.first, w.last, e.Source, expires, ws)
@@ -350,6 +361,13 @@ func (l *Ledger) item(pk, nonce string, part int, first, last, source, expires s
 			it[v.name] = &types.AttributeValueMemberB{Value: appendSorted(nil, v.ids)}
 		}
 	}
+	if len(s.parks) > 0 {
+		// The record confirming a parked message outlives the message (park.go).
+		it[attrParks] = &types.AttributeValueMemberB{Value: encodeParks(s.parks)}
+		if l.parkTTL > l.ttl {
+			it[schema.TTLAttribute] = &types.AttributeValueMemberN{Value: strconv.FormatInt(l.now().Add(l.parkTTL).Unix(), 10)}
+		}
+	}
 	return it
 }
 
@@ -392,6 +410,7 @@ func (l *Ledger) split(pk, nonce string, base int, e Entry, expires string, s en
 			parked: within(s.parked, lo, hi),
 			byRef:  within(s.byRef, lo, hi),
 			failed: within(s.failed, lo, hi),
+			parks:  parksWithin(s.parks, lo, hi),
 		}
 		it := l.item(pk, nonce, base+len(parts), first, last, e.Source, expires, ps)
 		if ddbsize.ItemSize(it) <= l.maxItem {

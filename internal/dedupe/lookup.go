@@ -38,6 +38,8 @@ type Range struct {
 	byRef       []key // sorted, unique
 	failed      []key // sorted, one element per entry listing the id
 	markers     []MarkerState
+	parks       []Park // in the order read (park.go)
+	redriven    []key  // sorted, unique: processed by a redrive (RedriveProcessed)
 	stats       Stats
 }
 
@@ -85,7 +87,7 @@ func (l *Ledger) Lookup(ctx context.Context, shard recordid.Shard, first, last s
 	hi, _ := parseDec(last)
 	now := l.now().Unix()
 
-	b := rangeBuilder{lo: &lo, hi: &hi}
+	b := rangeBuilder{lo: &lo, hi: &hi, shardID: shard.ShardID, first: first, last: last}
 	// Bounded: no item spans more than MaxSpan, so none holding a record of first..last ends
 	// after last + MaxSpan (docs/ledger.md, "Bounded lookups").
 	keyCond := "#pk = :pk AND #sk >= :from"
@@ -143,13 +145,18 @@ func stringAttr(it map[string]types.AttributeValue, name string) string {
 // rangeBuilder decodes entries into offsets of one shared digits buffer, so that a Lookup
 // allocates one string for all sequence numbers instead of one per record.
 type rangeBuilder struct {
-	lo, hi  *dec
-	buf     []byte
-	lists   [4][]rawID // done, parked, byRef, failed
-	entries [4]int     // entries that contributed to each list (sorting needed when > 1)
-	stats   Stats
-	markers []MarkerState
-	nonces  map[string]bool // nonces of the entries read
+	lo, hi   *dec
+	buf      []byte
+	lists    [4][]rawID // done, parked, byRef, failed
+	entries  [4]int     // entries that contributed to each list (sorting needed when > 1)
+	stats    Stats
+	markers  []MarkerState
+	nonces   map[string]bool // nonces of the entries read
+	parks    []Park
+	redriven []key
+	shardID  string
+	first    string
+	last     string
 }
 
 var listAttrs = [4]string{attrIDs, attrParked, attrParkedRef, attrFailed}
@@ -216,6 +223,36 @@ func (b *rangeBuilder) add(it map[string]types.AttributeValue, now int64) error 
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
+	if v, ok := it[attrParks]; ok {
+		bin, ok := v.(*types.AttributeValueMemberB)
+		if !ok {
+			undo()
+			return fmt.Errorf("%w: %s is not binary", ErrCorrupt, attrParks)
+		}
+		ps, err := decodeParks(bin.Value, b.shardID, b.first, b.last)
+		if err != nil {
+			undo()
+			return err
+		}
+		b.parks = append(b.parks, ps...)
+	}
+	if stringAttr(it, attrSource) == SourceRedrive {
+		// Done and not Parked in a redrive's entry: the redrive processed it (or found it a
+		// business-key duplicate).
+		for _, r := range b.lists[0][lens[0]:] {
+			k := key{seq: string(b.buf[r.off:r.end]), sub: r.sub}
+			parked := false
+			for _, q := range b.lists[1][lens[1]:] {
+				if q.sub == r.sub && string(b.buf[q.off:q.end]) == k.seq {
+					parked = true
+					break
+				}
+			}
+			if !parked {
+				b.redriven = append(b.redriven, k)
+			}
+		}
+	}
 	for i := range b.lists {
 		if len(b.lists[i]) > lens[i] {
 			b.entries[i]++
@@ -251,7 +288,9 @@ func (b *rangeBuilder) build(shardID, first, last string) *Range {
 		}
 	}
 	r := &Range{shardID: shardID, first: first, last: last,
-		done: out[0], parked: out[1], byRef: out[2], failed: out[3], markers: b.markers, stats: b.stats}
+		done: out[0], parked: out[1], byRef: out[2], failed: out[3], markers: b.markers, parks: b.parks, stats: b.stats}
+	slices.SortFunc(b.redriven, cmpKey)
+	r.redriven = slices.CompactFunc(b.redriven, func(a, b key) bool { return cmpKey(a, b) == 0 })
 	r.stats.IDs = len(r.done)
 	return r
 }
@@ -272,6 +311,14 @@ func (r *Range) Done(id recordid.ID) bool {
 // Parked reports whether id was parked (with or without its payload).
 func (r *Range) Parked(id recordid.ID) bool {
 	_, ok := r.find(r.parked, id)
+	return ok
+}
+
+// RedriveProcessed reports whether a redrive processed id: an entry of source redrive lists it
+// done and not parked. A parked record stays Parked after it is redriven; this tells that its
+// redrive is over, so a redrive that lost a response does not apply it again.
+func (r *Range) RedriveProcessed(id recordid.ID) bool {
+	_, ok := r.find(r.redriven, id)
 	return ok
 }
 

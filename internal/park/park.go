@@ -37,7 +37,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -48,8 +50,11 @@ import (
 )
 
 // Version is the message format version written in every message ("v"). Version 2 added
-// parkId and payloadS3; Decode still reads version 1.
-const Version = 2
+// parkId and payloadS3; version 3 carries the partition key as base64 (partitionKeyB64, any
+// bytes a KPL aggregate's key table may hold) and a last error that is not UTF-8 as base64
+// (lastErrorB64), and escapes U+FFFE and U+FFFF, which SQS refuses in a body. Decode still
+// reads versions 1 and 2.
+const Version = 3
 
 // DefaultMaxMessageBytes is the largest message (body plus attributes) sent with the payload
 // inline: 1 MiB, the SQS ceiling (SendMessage API reference: "The maximum size is 1 MiB or
@@ -57,6 +62,11 @@ const Version = 2
 // configured for less needs WithMaxMessageBytes. fauxqs 1.9.2 and moto 5 default to the same
 // 1,048,576 bytes and count the size like SQS (body plus each attribute's name, type and value).
 const DefaultMaxMessageBytes = 1024 * 1024
+
+// MaxRecordBytes is the largest payload any Kinesis record can carry: 10 MiB, the highest
+// MaxRecordSizeInKiB a stream accepts (UpdateMaxRecordSize API reference: "Specify a value
+// between 1024 and 10240 KiB (1 to 10 MiB)"). A parked message claiming more is not a record's.
+const MaxRecordBytes = 10240 * 1024
 
 // Message attribute names set on every parked message, so consumers of the queue can filter
 // without decoding the body.
@@ -136,6 +146,12 @@ type Record struct {
 	LastError    string
 	HeldBehind   string // see Message.HeldBehind
 	Source       string
+	// GroupPerRecord (ON_PARK=hold-key) gives the message, on a FIFO parked queue, a message
+	// group of its own record instead of its shard's: the hold, not the queue, orders a held
+	// key's records, and one group per shard would put a re-parked head behind its followers
+	// (never received while they wait for it) and let one unredrivable message at a group's
+	// front starve every later parked record of the shard.
+	GroupPerRecord bool
 }
 
 // Result says how a record was parked.
@@ -143,6 +159,56 @@ type Result struct {
 	MessageID string
 	// PayloadS3 names the object holding the payload; nil when the message carries it.
 	PayloadS3 *Pointer
+	// Receipt is what the ledger records of this park, in the entry that counts the record
+	// done: redrive acts only on a message a recorded receipt confirms (Receipt.Confirms).
+	Receipt Receipt
+}
+
+// Receipt is the ledger's record of one park: what the message Park sent must carry. The park
+// id is chosen before the send, so the receipt and the message agree.
+type Receipt struct {
+	ParkID    string
+	Bytes     int      // payload length
+	SHA256    string   // hex SHA-256 of the payload
+	KeySHA256 string   // hex SHA-256 of the partition key's bytes
+	PayloadS3 *Pointer // the object holding the payload; nil: inline
+}
+
+// KeyDigest is the hex SHA-256 of a partition key's bytes (Receipt.KeySHA256).
+func KeyDigest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// Receipt returns the receipt of m (what the ledger recorded when the pipeline sent m).
+func (m Message) Receipt() Receipt {
+	r := Receipt{ParkID: m.ParkID, Bytes: m.DataBytes, SHA256: m.DataSHA256, KeySHA256: KeyDigest(m.PartitionKey)}
+	if m.PayloadS3 != nil {
+		ptr := *m.PayloadS3
+		r.PayloadS3 = &ptr
+	}
+	return r
+}
+
+// ErrUnconfirmed: a parked message no recorded park confirms (unknown record or park id,
+// another payload or key, another payload object). Redrive refuses it.
+var ErrUnconfirmed = errors.New("park: message not confirmed by the ledger")
+
+// Confirms reports whether m is the message of this park: same park id, payload length and
+// digest, partition key and payload location. The error says which field differs, never
+// echoing the message's claimed values back as if they were facts.
+func (r Receipt) Confirms(m Message) error {
+	switch {
+	case m.ParkID == "" || m.ParkID != r.ParkID:
+		return fmt.Errorf("%w: park id %q is not the recorded park %s", ErrUnconfirmed, m.ParkID, r.ParkID)
+	case m.DataBytes != r.Bytes || m.DataSHA256 != r.SHA256:
+		return fmt.Errorf("%w: payload length or SHA-256 differs from park %s", ErrUnconfirmed, r.ParkID)
+	case KeyDigest(m.PartitionKey) != r.KeySHA256:
+		return fmt.Errorf("%w: partition key differs from park %s", ErrUnconfirmed, r.ParkID)
+	case (m.PayloadS3 == nil) != (r.PayloadS3 == nil) || (m.PayloadS3 != nil && *m.PayloadS3 != *r.PayloadS3):
+		return fmt.Errorf("%w: payload location differs from park %s", ErrUnconfirmed, r.ParkID)
+	}
+	return nil
 }
 
 type sqsAPI interface {
@@ -233,7 +299,7 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 	if m.Data == nil {
 		m.Data = []byte{}
 	}
-	in, size, err := p.input(m)
+	in, size, err := p.input(m, r.GroupPerRecord)
 	if err != nil {
 		return Result{}, err
 	}
@@ -251,7 +317,7 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 			return Result{}, fmt.Errorf("park: store payload of record %s in s3://%s/%s: %w", m.RecordID, ptr.Bucket, ptr.Key, err)
 		}
 		m.Data, m.PayloadS3 = []byte{}, ptr
-		if in, size, err = p.input(m); err != nil {
+		if in, size, err = p.input(m, r.GroupPerRecord); err != nil {
 			return Result{}, err
 		}
 		if size > p.maxBytes {
@@ -262,7 +328,7 @@ func (p *Parker) Park(ctx context.Context, r Record) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("park: send record %s to %s: %w", m.RecordID, p.queueURL, err)
 	}
-	return Result{MessageID: aws.ToString(out.MessageId), PayloadS3: m.PayloadS3}, nil
+	return Result{MessageID: aws.ToString(out.MessageId), PayloadS3: m.PayloadS3, Receipt: m.Receipt()}, nil
 }
 
 // ObjectKey is the S3 key of m's payload: parked/<group>/<stream>/<shard>/<seq>-<sub>/<parkId>,
@@ -279,8 +345,8 @@ func newParkID() string {
 
 // input builds the SendMessage request for m and its size as SQS counts it (body plus each
 // attribute's name, type and value).
-func (p *Parker) input(m Message) (*sqs.SendMessageInput, int, error) {
-	body, err := json.Marshal(m)
+func (p *Parker) input(m Message, groupPerRecord bool) (*sqs.SendMessageInput, int, error) {
+	body, err := encode(m)
 	if err != nil {
 		return nil, 0, fmt.Errorf("park: encode record %s: %w", m.RecordID, err)
 	}
@@ -306,22 +372,86 @@ func (p *Parker) input(m Message) (*sqs.SendMessageInput, int, error) {
 		// record id alone SQS would accept that second send and drop it, and redrive would then
 		// delete the only message left (docs/reconciler.md, redrive).
 		in.MessageGroupId = aws.String(hashIfLong(m.Group + ":" + m.Stream + ":" + m.ShardID))
+		if groupPerRecord {
+			in.MessageGroupId = aws.String(hashIfLong(m.Group + ":" + m.Stream + ":" + m.RecordID))
+		}
 		in.MessageDeduplicationId = aws.String(hashIfLong(m.RecordID + "/" + m.ParkID))
 	}
 	return in, size, nil
 }
 
-// Decode parses a parked message body (for redrive and tools), version 2 or 1. An inline
+// wireV3 is the body of a version-3 message: Message with the partition key (and a last error
+// that is not UTF-8) as base64. Its PartitionKey shadows Message's, so "partitionKey" is never
+// written, and is refused when read.
+type wireV3 struct {
+	Message
+	PartitionKey    *string `json:"partitionKey,omitempty"`
+	PartitionKeyB64 []byte  `json:"partitionKeyB64"`
+	LastErrorB64    []byte  `json:"lastErrorB64,omitempty"`
+}
+
+// encode writes m as a version-3 body made only of characters SQS accepts in a message (#x9,
+// #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD, #x10000 to #x10FFFF; SendMessage API reference).
+// encoding/json already escapes control characters and writes valid UTF-8 (no surrogates), but
+// leaves U+FFFE and U+FFFF raw: they are escaped here (they occur only inside JSON strings,
+// where \ufffe and \uffff read back as the same characters). The key is base64, so its bytes come
+// back exactly, UTF-8 or not.
+func encode(m Message) ([]byte, error) {
+	w := wireV3{Message: m, PartitionKeyB64: []byte(m.PartitionKey)}
+	if w.PartitionKeyB64 == nil {
+		w.PartitionKeyB64 = []byte{}
+	}
+	if !utf8.ValidString(m.LastError) {
+		w.LastErrorB64, w.Message.LastError = []byte(m.LastError), strings.ToValidUTF8(m.LastError, "\uFFFD")
+	}
+	body, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	body = bytes.ReplaceAll(body, []byte("\uFFFE"), []byte(`\ufffe`))
+	return bytes.ReplaceAll(body, []byte("\uFFFF"), []byte(`\uffff`)), nil
+}
+
+// Encode returns the version-3 body of m (its Version is ignored), as Park sends it.
+func Encode(m Message) (string, error) {
+	m.Version = Version
+	b, err := encode(m)
+	return string(b), err
+}
+
+// Decode parses a parked message body (for redrive and tools), version 3, 2 or 1. An inline
 // payload is verified against DataSHA256 here; one in S3 when Payload reads it.
 func Decode(body string) (Message, error) {
-	var m Message
-	if err := json.Unmarshal([]byte(body), &m); err != nil {
+	var head struct {
+		V int `json:"v"`
+	}
+	if err := json.Unmarshal([]byte(body), &head); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	var m Message
+	switch head.V {
+	case 1, 2:
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	case 3:
+		var w wireV3
+		if err := json.Unmarshal([]byte(body), &w); err != nil {
+			return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		if w.PartitionKey != nil {
+			return Message{}, fmt.Errorf("%w: version 3 carries the partition key as partitionKeyB64 only", ErrInvalid)
+		}
+		m = w.Message
+		m.PartitionKey = string(w.PartitionKeyB64)
+		if w.LastErrorB64 != nil {
+			m.LastError = string(w.LastErrorB64)
+		}
+	default:
+		return Message{}, fmt.Errorf("%w: version %d, want 1, 2 or %d", ErrInvalid, head.V, Version)
+	}
 	switch {
-	case m.Version != 1 && m.Version != Version:
-		return Message{}, fmt.Errorf("%w: version %d, want 1 or %d", ErrInvalid, m.Version, Version)
-	case m.Version == Version && m.ByRef:
+	case m.Version >= 2 && m.ByRef:
 		return Message{}, fmt.Errorf("%w: version %d has no by-reference messages", ErrInvalid, m.Version)
 	case m.Version == 1 && m.PayloadS3 != nil:
 		return Message{}, fmt.Errorf("%w: version 1 has no payload objects", ErrInvalid)
@@ -355,18 +485,26 @@ func (m Message) Payload(ctx context.Context, client GetObjectAPI) ([]byte, erro
 	case client == nil:
 		return nil, fmt.Errorf("%w: record %s: its payload is in s3://%s/%s and no S3 client was given", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key)
 	}
+	if m.DataBytes < 0 || m.DataBytes > MaxRecordBytes {
+		return nil, fmt.Errorf("%w: record %s: a payload of %d bytes is above any record's", ErrPayload, m.RecordID, m.DataBytes)
+	}
 	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(m.PayloadS3.Bucket), Key: aws.String(m.PayloadS3.Key)})
 	if err != nil {
 		return nil, fmt.Errorf("%w: record %s: get s3://%s/%s: %w", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, err)
 	}
 	defer out.Body.Close()
+	// Read at most one byte more than the parked length: an object of another size is refused
+	// without reading it whole, and no error tells its real length.
+	if out.ContentLength != nil && *out.ContentLength != int64(m.DataBytes) {
+		return nil, fmt.Errorf("%w: record %s: s3://%s/%s is not the parked length %d", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, m.DataBytes)
+	}
 	data, err := io.ReadAll(io.LimitReader(out.Body, int64(m.DataBytes)+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: record %s: read s3://%s/%s: %w", ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, err)
 	}
 	if !matches(data, m) {
-		return nil, fmt.Errorf("%w: record %s: s3://%s/%s holds %d bytes that do not match the parked length %d and SHA-256",
-			ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, len(data), m.DataBytes)
+		return nil, fmt.Errorf("%w: record %s: s3://%s/%s does not match the parked length %d and SHA-256",
+			ErrPayload, m.RecordID, m.PayloadS3.Bucket, m.PayloadS3.Key, m.DataBytes)
 	}
 	return data, nil
 }

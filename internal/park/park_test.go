@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -214,7 +215,8 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	for name, body := range map[string]string{
 		"not json":         `{`,
-		"wrong version":    strings.Replace(good, `"v":1`, `"v":3`, 1),
+		"wrong version":    strings.Replace(good, `"v":1`, `"v":4`, 1),
+		"v3 raw key":       strings.Replace(good, `"v":1`, `"v":3,"partitionKey":"k","partitionKeyB64":"aw=="`, 1),
 		"v2 by reference":  strings.Replace(good, `"v":1`, `"v":2,"byRef":true`, 1),
 		"v1 with object":   strings.Replace(good, `"v":1`, `"v":1,"payloadS3":{"s3BucketName":"b","s3Key":"k"}`, 1),
 		"object and data":  `{"v":2,"payloadS3":{"s3BucketName":"b","s3Key":"k"},` + good[len(`{"v":1,`):],
@@ -351,5 +353,36 @@ func TestPayloadDetectsAlteredOrMissingObjects(t *testing.T) {
 	legacy := Message{Version: 1, ByRef: true, RecordID: m.RecordID}
 	if _, err := legacy.Payload(ctx, objects); !errors.Is(err, ErrByRef) {
 		t.Errorf("by-reference message: err = %v, want ErrByRef", err)
+	}
+}
+
+// TestVersion3KeepsEveryByte: a key of any bytes and a last error with U+FFFE, U+FFFF, control
+// characters or bytes that are not UTF-8 come back exactly, and the body holds only characters
+// SQS accepts; version-2 bodies still decode.
+func TestVersion3KeepsEveryByte(t *testing.T) {
+	m := Message{Version: Version, RecordID: "shardId-1:5:0", ShardID: "shardId-1", Seq: "5", Group: "g", Stream: "s",
+		PartitionKey: "k\xff\uFFFE\uFFFF\x00", LastError: "bad \xc3 byte \uFFFF \x1b[31m", Data: []byte("hi"), DataBytes: 2,
+		DataSHA256: "8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4", ParkID: "0000000000000001"}
+	body, err := encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range string(body) {
+		if !(r == 0x9 || r == 0xA || r == 0xD || (r >= 0x20 && r <= 0xD7FF) || (r >= 0xE000 && r <= 0xFFFD) || (r >= 0x10000 && r <= 0x10FFFF)) {
+			t.Fatalf("body holds %U, which SQS refuses: %s", r, body)
+		}
+	}
+	got, err := Decode(string(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PartitionKey != m.PartitionKey || got.LastError != m.LastError {
+		t.Fatalf("key %q error %q, want %q %q", got.PartitionKey, got.LastError, m.PartitionKey, m.LastError)
+	}
+	v2 := m
+	v2.Version, v2.PartitionKey, v2.LastError = 2, "plain", "plain"
+	b2, _ := json.Marshal(v2)
+	if got, err := Decode(string(b2)); err != nil || got.PartitionKey != "plain" {
+		t.Fatalf("version 2: %+v %v", got, err)
 	}
 }

@@ -219,11 +219,11 @@ func (r *batchRun) prepare(ctx, procCtx context.Context, rec *Record, i int, o *
 			case errors.Is(cerr, ErrRecordFault):
 				err = fmt.Errorf("claim business key: %w", cerr) // an attempt, as in Process mode
 			case cerr != nil:
-				recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
+				r.p.recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
 				o.status, o.err = statusFailed, fmt.Errorf("claim business key: %w", cerr)
 				return false, true
 			case dup:
-				recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
+				r.p.recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
 				o.status = statusKeyDup
 				return false, true
 			}

@@ -159,8 +159,8 @@ func (r *batchRun) isHeld(i int, behind recordid.ID) bool {
 
 // nextBehind is the head later records of the lane are parked behind after o.
 func (r *batchRun) nextBehind(o *outcome, behind recordid.ID) recordid.ID {
-	if r.p.holder != nil && o.status == statusParked && o.head != nil && (*o.head != recordid.ID{}) {
-		return *o.head
+	if r.p.holder != nil && o.status == statusParked && o.parked != nil && (o.parked.head != recordid.ID{}) {
+		return o.parked.head
 	}
 	return behind
 }
@@ -173,7 +173,7 @@ func (r *batchRun) parkHeld(ctx context.Context, rec *Record, i int, behind reco
 	}
 	o.heldKey = true
 	o.attempts = r.plan.attempts(r.view, i, rec.ID)
-	log := recordLogger(r.log, rec)
+	log := r.p.recordLogger(r.log, rec)
 	head, err := r.p.holder.Hold(ctx, r.b.Shard.Group, rec.PartitionKey, []recordid.ID{rec.ID}, false)
 	switch {
 	case errors.Is(err, ErrNoHold):
@@ -189,7 +189,8 @@ func (r *batchRun) parkHeld(ctx context.Context, rec *Record, i int, behind reco
 		head = behind // (cannot differ: a key has one head until released)
 	}
 	pr := park.Record{ID: rec.ID, Shard: r.b.Shard, PartitionKey: rec.PartitionKey, ArrivalTime: rec.ArrivalTime,
-		Data: rec.Data, Attempts: o.attempts, LastError: "held behind " + head.String(), HeldBehind: head.String(), Source: r.b.Source}
+		Data: rec.Data, Attempts: o.attempts, LastError: "held behind " + head.String(), HeldBehind: head.String(), Source: r.b.Source,
+		GroupPerRecord: true}
 	if head == rec.ID {
 		pr.LastError, pr.HeldBehind = "parked again as the head of its held key", ""
 	}
@@ -199,8 +200,8 @@ func (r *batchRun) parkHeld(ctx context.Context, rec *Record, i int, behind reco
 		o.status, o.err, o.parkErr = statusFailed, fmt.Errorf("park held record: %w", err), true
 		return
 	}
-	log.WarnContext(ctx, "record parked behind its held key", "held_behind", head.String(), "message_id", res.MessageID)
-	o.status, o.head, o.err = statusParked, &head, nil
+	log.WarnContext(ctx, "record parked behind its held key", "held_behind", head.String(), "message_id", res.MessageID, "park_id", res.Receipt.ParkID)
+	o.status, o.parked, o.err = statusParked, &parkedAs{head: head, receipt: res.Receipt}, nil
 }
 
 // holdHead, with hold-key on, makes rec its key's head (or lists it behind the head) before it
@@ -212,11 +213,11 @@ func (r *batchRun) holdHead(ctx context.Context, rec *Record, o *outcome) (strin
 	}
 	head, err := r.p.holder.Hold(ctx, r.b.Shard.Group, rec.PartitionKey, []recordid.ID{rec.ID}, true)
 	if err != nil {
-		recordLogger(r.log, rec).ErrorContext(ctx, "record due for parking: key hold not written, record left failed", "error", err)
+		r.p.recordLogger(r.log, rec).ErrorContext(ctx, "record due for parking: key hold not written, record left failed", "error", err)
 		o.status, o.parkErr = statusFailed, true
 		return "", false
 	}
-	o.head = &head
+	o.parked = &parkedAs{head: head}
 	if head == rec.ID {
 		return "", true
 	}

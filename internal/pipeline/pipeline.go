@@ -168,6 +168,20 @@ type Entry struct {
 	Failed      []recordid.ID // failed attempts in this run (each listing is one attempt), parked ones included
 	Source      string
 	Nonce       string // the run's marker nonce: the entry completes the marker (empty: none)
+	// Parks are the parks of this run's Parked records (their receipts), recorded with them.
+	Parks []ParkRecord
+}
+
+// ParkRecord is one park the ledger records: the record and its park's receipt.
+type ParkRecord struct {
+	ID      recordid.ID
+	Receipt park.Receipt
+}
+
+// ParkView is implemented by the Views of a ledger that records parks (DedupeLedger,
+// pipelinetest.Ledger): every recorded park of id.
+type ParkView interface {
+	ParkReceipts(id recordid.ID) []park.Receipt
 }
 
 // Marker is an invocation's in-flight marker: written before Process runs (in parallel with the
@@ -415,17 +429,23 @@ type outcome struct {
 	abandoned bool
 	held      bool
 	isolated  bool
-	died      bool         // parked for dead attempts
-	heldKey   bool         // parked behind its key's hold without running (hold.go)
-	head      *recordid.ID // the head of its key's hold, when parked with hold-key on (nil: none)
+	died      bool      // parked for dead attempts
+	heldKey   bool      // parked behind its key's hold without running (hold.go)
+	parked    *parkedAs // set once parked, or once its key's hold is written (hold-key)
 	attempts  int
 	err       error
+}
+
+// parkedAs is what a parked record's outcome carries beyond its status.
+type parkedAs struct {
+	head    recordid.ID  // the head of its key's hold (hold-key; zero: none)
+	receipt park.Receipt // what the ledger records of the park (park.Result.Receipt)
 }
 
 // An outcome is kept per record of the batch for the whole run: at 10,000 records every byte of
 // it is 10 KB of live heap during the sends, and the collector's heap goal is twice the live heap
 // (docs/benchmarks.md, "Memory of the batched bridge"). The hold head, set only for records
-// parked with hold-key on, is therefore a pointer (48 bytes an outcome instead of 80).
+// parked (its hold head and park receipt), is therefore a pointer (48 bytes an outcome instead of 80).
 
 // Run processes b. Records are reported done only when Run returns a nil error; an error (always
 // wrapping ErrLedger or ErrInvalidBatch) means the caller must fail the whole batch.
@@ -906,7 +926,7 @@ func (r *batchRun) wait(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		rec := &r.b.Records[i]
 		*o = outcome{abandoned: true, attempted: true, err: ErrAbandoned, attempts: r.plan.attempts(r.view, i, rec.ID) + 1}
-		recordLogger(r.log, rec).ErrorContext(ctx, "process did not return before the deadline: counted as a failed attempt and abandoned",
+		r.p.recordLogger(r.log, rec).ErrorContext(ctx, "process did not return before the deadline: counted as a failed attempt and abandoned",
 			"attempts", o.attempts, "max_attempts", r.p.cfg.MaxRecordAttempts)
 		r.finishFailed(ctx, rec, o)
 	}
@@ -999,7 +1019,7 @@ func (r *batchRun) deadlineNear(ctx context.Context) bool {
 func (r *batchRun) parkDead(ctx context.Context, rec *Record, i int, o *outcome) {
 	o.attempted, o.died, o.err = false, true, ErrDied
 	o.attempts = r.plan.attempts(r.view, i, rec.ID)
-	recordLogger(r.log, rec).ErrorContext(ctx, "record killed the invocations that ran it: parking it without running it again",
+	r.p.recordLogger(r.log, rec).ErrorContext(ctx, "record killed the invocations that ran it: parking it without running it again",
 		"attempts", o.attempts, "dead_attempts", r.plan.deathsOf(i), "max_attempts", r.p.cfg.MaxRecordAttempts)
 	r.finishFailed(ctx, rec, o)
 	if o.status == statusFailed {
@@ -1012,7 +1032,7 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, i int, o *o
 	p := r.p
 	log := r.log // with the record's attributes, built only when a line is written
 	if r.log.Enabled(ctx, slog.LevelDebug) || rec.DecodeErr != nil {
-		log = recordLogger(r.log, rec)
+		log = r.p.recordLogger(r.log, rec)
 	}
 	err := rec.DecodeErr
 	if err == nil {
@@ -1029,11 +1049,11 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, i int, o *o
 				case cerr != nil:
 					// Not the record's fault: fail it (retried later) without counting an attempt,
 					// and never skip it.
-					recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
+					r.p.recordLogger(r.log, rec).ErrorContext(ctx, "business-key claim failed: record left failed", "error", cerr)
 					o.status, o.err = statusFailed, fmt.Errorf("claim business key: %w", cerr)
 					return
 				case dup:
-					recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
+					r.p.recordLogger(r.log, rec).InfoContext(ctx, "business-key duplicate skipped", "dedupe_key", p.cfg.DedupeKey)
 					o.status = statusKeyDup
 					return
 				}
@@ -1054,7 +1074,7 @@ func (r *batchRun) record(ctx, procCtx context.Context, rec *Record, i int, o *o
 // finishFailed logs a failed attempt and parks the record when its attempts are used up.
 func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	p := r.p
-	log := recordLogger(r.log, rec)
+	log := r.p.recordLogger(r.log, rec)
 	err := o.err
 	attrs := []any{"attempts", o.attempts, "max_attempts", p.cfg.MaxRecordAttempts, "error", err.Error()}
 	if p.cfg.LogPayloads {
@@ -1074,26 +1094,37 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	pr, perr := p.parker.Park(ctx, park.Record{
 		ID: rec.ID, Shard: r.b.Shard, PartitionKey: rec.PartitionKey, ArrivalTime: rec.ArrivalTime,
 		Data: rec.Data, Attempts: o.attempts, LastError: err.Error(), Source: r.b.Source, HeldBehind: heldBehind,
+		GroupPerRecord: p.holder != nil, // the hold orders a held key's records (park.Record)
 	})
 	switch {
 	case perr != nil:
 		log.ErrorContext(ctx, "record failed and could not be parked: left failed", append(attrs, "park_error", perr.Error())...)
 		o.status, o.parkErr = statusFailed, true
 	default:
-		log.WarnContext(ctx, "record parked", append(attrs, "message_id", pr.MessageID)...)
+		log.WarnContext(ctx, "record parked", append(attrs, "message_id", pr.MessageID, "park_id", pr.Receipt.ParkID)...)
 		o.status = statusParked
+		if o.parked == nil {
+			o.parked = &parkedAs{}
+		}
+		o.parked.receipt = pr.Receipt
 	}
 }
 
-func recordLogger(l *slog.Logger, rec *Record) *slog.Logger {
-	return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub, "partition_key", rec.PartitionKey)
+// recordLogger adds a record's attributes to l. The partition key is user data: it is logged
+// only with payload logging on (Config.LogPayloads); otherwise a short digest of it (the first
+// 16 hex digits of its SHA-256, park.KeyDigest) lets lines of one key be matched.
+func (p *Pipeline) recordLogger(l *slog.Logger, rec *Record) *slog.Logger {
+	if p.cfg.LogPayloads {
+		return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub, "partition_key", rec.PartitionKey)
+	}
+	return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub, "partition_key_sha256", park.KeyDigest(rec.PartitionKey)[:16])
 }
 
 // call runs Process, turning a panic into an error.
 func (p *Pipeline) call(ctx context.Context, log *slog.Logger, rec *Record) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			recordLogger(log, rec).ErrorContext(ctx, "process panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			p.recordLogger(log, rec).ErrorContext(ctx, "process panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			err = fmt.Errorf("%w: %v", ErrPanic, v)
 		}
 	}()
@@ -1119,6 +1150,11 @@ func (p *Pipeline) tally(b *Batch, outcomes []outcome, res *Result) Entry {
 			res.Parked++
 			e.Done = append(e.Done, id)
 			e.Parked = append(e.Parked, id)
+			if o.parked != nil && o.parked.receipt.ParkID != "" {
+				// The park itself, in the entry that counts the record done (the ledger is the
+				// authority for what was parked: redrive acts only on messages it confirms).
+				e.Parks = append(e.Parks, ParkRecord{ID: id, Receipt: o.parked.receipt})
+			}
 			switch {
 			case o.heldKey:
 				res.HeldParked++ // not run: no attempt

@@ -768,3 +768,33 @@ func TestDedupeLedgerClaimFault(t *testing.T) {
 		t.Fatalf("invalid group: %v, want an error that is not the record's fault", err)
 	}
 }
+
+// TestPartitionKeyLoggingIsOptIn: the log lines of a failed and a parked record name the
+// partition key only when payload logging is on; otherwise a short digest of it. Before, every
+// line carried the key as given.
+func TestPartitionKeyLoggingIsOptIn(t *testing.T) {
+	for _, logPayloads := range []bool{false, true} {
+		e := newEnv()
+		c := cfg()
+		c.LogPayloads = logPayloads
+		rec := &recorder{fail: map[string]error{seq(1): errors.New("x")}}
+		p := e.pipeline(t, rec.process, c)
+		b := batch(1, oneKey)
+		b.Records[0].PartitionKey = "SECRET-KEY"
+		for range c.MaxRecordAttempts {
+			if _, err := p.Run(context.Background(), b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		logs := e.logs.String()
+		if !strings.Contains(logs, "record parked") || !strings.Contains(logs, "record failed") {
+			t.Fatalf("the test needs a failed and a parked line: %s", logs)
+		}
+		if got := strings.Contains(logs, "SECRET-KEY"); got != logPayloads {
+			t.Errorf("LogPayloads=%v: partition key in logs = %v", logPayloads, got)
+		}
+		if digest := park.KeyDigest("SECRET-KEY")[:16]; !logPayloads && !strings.Contains(logs, digest) {
+			t.Errorf("LogPayloads=false: no key digest %s in the logs", digest)
+		}
+	}
+}

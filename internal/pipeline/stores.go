@@ -7,6 +7,7 @@ import (
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/dedupe"
+	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
@@ -19,11 +20,25 @@ var (
 	_ Claimer    = DedupeLedger{}
 	_ View       = (*dedupe.Range)(nil)
 	_ MarkerView = dedupeView{}
+	_ ParkView   = dedupeView{}
 )
 
 // dedupeView is a *dedupe.Range (its Parked, Each, ... stay reachable) with Markers in the
 // pipeline's terms.
 type dedupeView struct{ *dedupe.Range }
+
+// ParkReceipts implements ParkView.
+func (v dedupeView) ParkReceipts(id recordid.ID) []park.Receipt {
+	var out []park.Receipt
+	for _, p := range v.Range.Parks(id) {
+		r := park.Receipt{ParkID: p.ParkID, Bytes: p.Bytes, SHA256: p.SHA256, KeySHA256: p.KeySHA256}
+		if p.Bucket != "" {
+			r.PayloadS3 = &park.Pointer{Bucket: p.Bucket, Key: p.Key}
+		}
+		out = append(out, r)
+	}
+	return out
+}
 
 // Markers implements MarkerView.
 func (v dedupeView) Markers() []MarkerState {
@@ -36,6 +51,9 @@ func (v dedupeView) Markers() []MarkerState {
 	return out
 }
 
+// Ledger returns the ledger p reads and writes (redrive confirms parked messages against it).
+func (p *Pipeline) Ledger() Ledger { return p.ledger }
+
 // Lookup implements Ledger.
 func (d DedupeLedger) Lookup(ctx context.Context, shard recordid.Shard, first, last string) (View, error) {
 	r, err := d.L.Lookup(ctx, shard, first, last)
@@ -47,9 +65,17 @@ func (d DedupeLedger) Lookup(ctx context.Context, shard recordid.Shard, first, l
 
 // Record implements Ledger.
 func (d DedupeLedger) Record(ctx context.Context, shard recordid.Shard, e Entry) error {
+	var parks []dedupe.Park
+	for _, p := range e.Parks {
+		dp := dedupe.Park{ID: p.ID, ParkID: p.Receipt.ParkID, Bytes: p.Receipt.Bytes, SHA256: p.Receipt.SHA256, KeySHA256: p.Receipt.KeySHA256}
+		if p.Receipt.PayloadS3 != nil {
+			dp.Bucket, dp.Key = p.Receipt.PayloadS3.Bucket, p.Receipt.PayloadS3.Key
+		}
+		parks = append(parks, dp)
+	}
 	return d.L.Record(ctx, shard, dedupe.Entry{
 		First: e.First, Last: e.Last, Done: e.Done, Parked: e.Parked, ParkedByRef: e.ParkedByRef,
-		Failed: e.Failed, Source: e.Source, Nonce: e.Nonce,
+		Failed: e.Failed, Source: e.Source, Nonce: e.Nonce, Parks: parks,
 	})
 }
 

@@ -103,6 +103,8 @@ type RedriveResult struct {
 	DeleteFailures int `json:"deleteFailures"`
 	Held           int `json:"held"`
 	Released       int `json:"released"`
+	// Refused: messages the ledger's park records do not confirm, left in the queue.
+	Refused int `json:"refused"`
 	// Events are the messages handled, in order (at most MaxCommandEvents; EventsOmitted
 	// counts the rest).
 	Events        []CommandEventLine `json:"events,omitempty"`
@@ -275,7 +277,7 @@ func (h *Handler) redriveCommand(ctx context.Context, c RedriveCommand, res *Com
 	rep, err := d.Run(ctx)
 	out.Received, out.Processed, out.Duplicates, out.ParkedAgain = rep.Received, rep.Processed, rep.Duplicates, rep.ParkedAgain
 	out.Left, out.Skipped, out.Invalid, out.DeleteFailures = rep.Left, rep.Skipped, rep.Invalid, rep.DeleteFailures
-	out.Held, out.Released = rep.Held, rep.Released
+	out.Held, out.Released, out.Refused = rep.Held, rep.Released, rep.Refused
 	return err
 }
 

@@ -61,10 +61,8 @@ func TestRedriveKeyHeldDuringSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The legacy message: parked with K not held (as ON_PARK=continue parks).
-	if _, err := parker.Park(ctx, park.Record{ID: legacy.ID, Shard: recordid.Shard{Group: ugroup, Stream: ustream, ShardID: sh},
-		PartitionKey: "K", ArrivalTime: legacy.ArrivalTime, Data: legacy.Data, Attempts: 1, LastError: "old failure", Source: pipeline.SourceConsumer}); err != nil {
-		t.Fatal(err)
-	}
+	parkRecorded(t, parker, ledger, park.Record{ID: legacy.ID, Shard: recordid.Shard{Group: ugroup, Stream: ustream, ShardID: sh},
+		PartitionKey: "K", ArrivalTime: legacy.ArrivalTime, Data: legacy.Data, Attempts: 1, LastError: "old failure", Source: pipeline.SourceConsumer})
 
 	rep := runHoldRedrive(t, ledger, parker, proc, cfg, client, url, holds)
 	mu.Lock()

@@ -84,9 +84,26 @@ type redriveView struct {
 	l     *RedriveLedger
 }
 
+// ParkedByRef reports whether the inner view records id parked by reference.
+func (v redriveView) ParkedByRef(id recordid.ID) bool {
+	bv, ok := v.inner.(interface{ ParkedByRef(recordid.ID) bool })
+	return ok && bv.ParkedByRef(id)
+}
+
+// ParkReceipts implements pipeline.ParkView: the inner view's recorded parks.
+func (v redriveView) ParkReceipts(id recordid.ID) []park.Receipt {
+	if pv, ok := v.inner.(pipeline.ParkView); ok {
+		return pv.ParkReceipts(id)
+	}
+	return nil
+}
+
 // Done is true for records done without being parked. A view that cannot tell parked records
 // apart makes every record run again.
 func (v redriveView) Done(id recordid.ID) bool {
+	if rv, ok := v.inner.(interface{ RedriveProcessed(recordid.ID) bool }); ok && rv.RedriveProcessed(id) {
+		return true // a redrive processed it already (its response may have been lost)
+	}
 	pv, ok := v.inner.(parkedView)
 	return ok && v.inner.Done(id) && !pv.Parked(id)
 }
@@ -144,6 +161,7 @@ const (
 	OutcomeSkipped     Outcome = "skipped"      // another group, stream or this session's own park; stays
 	OutcomeInvalid     Outcome = "invalid"      // not a parked-record message; stays (logged at ERROR)
 	OutcomeHeld        Outcome = "held"         // behind a held key's head that is not applied yet; stays
+	OutcomeRefused     Outcome = "refused"      // the ledger does not confirm it (see Err); never applied, stays
 )
 
 // RedriveEvent is reported for every message handled.
@@ -162,6 +180,8 @@ type RedriveReport struct {
 	// Key holds (WithRedriveHolds): records left held behind a head not applied yet, and keys
 	// released (every held record applied in order).
 	Held, Released int
+	// Refused: messages the ledger does not confirm (redrive_confirm.go), left in the queue.
+	Refused int
 }
 
 // ErrPayloadGone: a record parked by reference (by a release before payloads went to S3) is no
@@ -180,6 +200,9 @@ type Redriver struct {
 	progress func(RedriveEvent)
 	now      func() time.Time
 	holds    RedriveHolds // ON_PARK=hold-key (redrive_hold.go)
+	ledger   pipeline.Ledger
+	bucket   string
+	metrics  Emitter
 }
 
 // RedriveOption configures a Redriver.
@@ -226,6 +249,9 @@ func NewRedriver(q parkedQueueAPI, queueURL string, kin kinesisAPI, p Replayer, 
 	for _, o := range opts {
 		o(d)
 	}
+	if lp, ok := p.(interface{ Ledger() pipeline.Ledger }); ok && d.ledger == nil {
+		d.ledger = lp.Ledger()
+	}
 	return d, nil
 }
 
@@ -246,6 +272,7 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 			}
 		}
 	}()
+	defer func() { d.emitRefused(rep) }()
 	started := d.now()
 	held := d.heldSession()
 	for d.cfg.MaxMessages == 0 || rep.Received < d.cfg.MaxMessages {
@@ -275,7 +302,7 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 			}
 			ev := d.handle(ctx, m, started, &rep)
 			switch ev.Outcome {
-			case OutcomeLeft, OutcomeSkipped, OutcomeInvalid:
+			case OutcomeLeft, OutcomeSkipped, OutcomeInvalid, OutcomeRefused:
 				keep = append(keep, m.ReceiptHandle)
 			}
 			d.count(&rep, ev)
@@ -314,6 +341,15 @@ func (d *Redriver) handleThen(ctx context.Context, m sqstypes.Message, started t
 		return ev
 	case pm.Source == pipeline.SourceRedrive && !pm.ParkedAt.Before(started):
 		ev.Outcome = OutcomeSkipped // parked again by this session: the next session's work
+		return ev
+	}
+	if err := d.confirm(ctx, pm); errors.Is(err, ErrRefused) {
+		ev.Outcome, ev.Err = OutcomeRefused, err
+		log.ErrorContext(ctx, "parked message refused, left in the queue for an operator: the ledger does not confirm it", "error", err)
+		return ev
+	} else if err != nil {
+		ev.Outcome, ev.Err = OutcomeLeft, err
+		log.ErrorContext(ctx, "parked message cannot be confirmed now: left in the queue", "error", err)
 		return ev
 	}
 	rec, err := d.record(ctx, pm)

@@ -70,6 +70,12 @@ func (s *heldSession) take(ctx context.Context, m sqstypes.Message) bool {
 	if err != nil || pm.Group != s.d.cfg.Group || pm.Stream != s.d.cfg.Stream {
 		return false
 	}
+	// Only a message the ledger confirms takes part in a key's walk: a refused one (or one that
+	// cannot be confirmed now) is handled at once, and left, so it can neither release the key
+	// nor have the real record's message deleted as a duplicate (redrive_confirm.go).
+	if s.d.confirm(ctx, pm) != nil {
+		return false
+	}
 	// Only "held" is remembered: a key read as not held is read again for each of its messages,
 	// because it can become held during the session (the consumer parks a head, then records
 	// behind it, whose messages this session may receive next). The hold is listed before any
@@ -110,7 +116,7 @@ func (s *heldSession) run(ctx context.Context, started time.Time, rep *RedriveRe
 
 func (s *heldSession) walk(ctx context.Context, key string, started time.Time, rep *RedriveReport) []*string {
 	d, byID := s.d, s.msgs[key]
-	log := d.log.With("group", d.cfg.Group, "partition_key", key)
+	log := d.log.With("group", d.cfg.Group, "partition_key_sha256", park.KeyDigest(key)[:16]) // the key itself is user data
 	leave := func(why error) []*string {
 		var keep []*string
 		for rid, ms := range byID {
@@ -155,6 +161,13 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 		for _, id := range st.Held[:min(st.Applied, len(st.Held))] {
 			applied[id] = true
 		}
+		// Messages of records the hold counts applied are copies left by a lost response (the
+		// applied count moved, the delete did not happen or was not acknowledged): the record is
+		// applied and its message confirmed, so it is deleted, never redriven again (it would
+		// run after the key's later records once the key is released).
+		for id := range applied {
+			s.deleteApplied(ctx, byID, id, rep)
+		}
 		i := st.Applied
 		for ; i < len(st.Held); i++ {
 			id := st.Held[i]
@@ -188,13 +201,8 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 					"record_id", id.String(), "outcome", string(ev.Outcome))
 				return append(keep, leave(fmt.Errorf("reconcile: held behind %s (%s)", id, ev.Outcome))...)
 			}
-			for _, dup := range ms[1:] { // the same record parked more than once
-				if _, err := d.q.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(d.url), ReceiptHandle: dup.ReceiptHandle}); err != nil {
-					rep.DeleteFailures++
-				}
-				rep.Duplicates++
-			}
-			delete(byID, id.String())
+			byID[id.String()] = ms[1:] // the same record parked more than once: copies of it
+			s.deleteApplied(ctx, byID, id, rep)
 			applied[id] = true
 		}
 		err := d.holds.Release(ctx, d.cfg.Group, key, len(st.Held))
@@ -214,13 +222,27 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 	}
 }
 
+// deleteApplied deletes the session's messages of id, a record the hold counts applied (each
+// confirmed by the ledger when it was taken).
+func (s *heldSession) deleteApplied(ctx context.Context, byID map[string][]sqstypes.Message, id recordid.ID, rep *RedriveReport) {
+	d := s.d
+	for _, dup := range byID[id.String()] {
+		if _, err := d.q.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(d.url), ReceiptHandle: dup.ReceiptHandle}); err != nil {
+			rep.DeleteFailures++
+		}
+		rep.Duplicates++
+		d.report(RedriveEvent{MessageID: aws.ToString(dup.MessageId), RecordID: id.String(), Outcome: OutcomeDuplicate})
+	}
+	delete(byID, id.String())
+}
+
 // handleCounted redrives m like Run does and counts it; the receipt handle when it stays.
 func (d *Redriver) handleCounted(ctx context.Context, m sqstypes.Message, started time.Time, rep *RedriveReport, before func(Outcome) error) []*string {
 	ev := d.handleThen(ctx, m, started, rep, before)
 	d.count(rep, ev)
 	d.report(ev)
 	switch ev.Outcome {
-	case OutcomeLeft, OutcomeSkipped, OutcomeInvalid:
+	case OutcomeLeft, OutcomeSkipped, OutcomeInvalid, OutcomeRefused:
 		return []*string{m.ReceiptHandle}
 	}
 	return nil
@@ -240,6 +262,8 @@ func (d *Redriver) count(rep *RedriveReport, ev RedriveEvent) {
 		rep.Skipped++
 	case OutcomeInvalid:
 		rep.Invalid++
+	case OutcomeRefused:
+		rep.Refused++
 	}
 }
 

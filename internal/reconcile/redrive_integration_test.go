@@ -63,13 +63,12 @@ func TestRedriveOnFIFOParkedQueueKeepsTheRecord(t *testing.T) {
 	shard := recordid.Shard{Group: ugroup, Stream: ustream, ShardID: "shardId-000000000000"}
 	id := recordid.ID{ShardID: shard.ShardID, Seq: fakeSeq(7)}
 	data := []byte(`{"order":"still-broken"}`)
-	if _, err := parker.Park(ctx, park.Record{ID: id, Shard: shard, PartitionKey: "k", ArrivalTime: time.Now(), Data: data,
-		Attempts: 5, LastError: "downstream rejects it", Source: pipeline.SourceConsumer}); err != nil {
-		t.Fatal(err)
-	}
+	ledger := &pipelinetest.Ledger{}
+	parkRecorded(t, parker, ledger, park.Record{ID: id, Shard: shard, PartitionKey: "k", ArrivalTime: time.Now(), Data: data,
+		Attempts: 5, LastError: "downstream rejects it", Source: pipeline.SourceConsumer})
 
 	fail := func(context.Context, pipeline.Record) error { return errors.New("downstream still rejects it") }
-	p, err := pipeline.New(NewRedriveLedger(&pipelinetest.Ledger{}), &pipelinetest.Checkpoint{}, parker, fail,
+	p, err := pipeline.New(NewRedriveLedger(ledger), &pipelinetest.Checkpoint{}, parker, fail,
 		pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +106,8 @@ func TestRedriveLargeRecordsAfterTheStreamLostThem(t *testing.T) {
 	for _, fifo := range []bool{false, true} {
 		t.Run(map[bool]string{false: "standard", true: "fifo"}[fifo], func(t *testing.T) {
 			url := stacktest.Queue(t, "parked", fifo)
-			parker := park.New(client, url, park.WithPayloadBucket(objects, stacktest.Bucket(t)))
+			bucket := stacktest.Bucket(t)
+			parker := park.New(client, url, park.WithPayloadBucket(objects, bucket))
 			shard := recordid.Shard{Group: ugroup, Stream: ustream, ShardID: "shardId-000000000000"}
 			ledger := &pipelinetest.Ledger{}
 			b := pipeline.Batch{Shard: shard, Source: pipeline.SourceConsumer}
@@ -144,7 +144,7 @@ func TestRedriveLargeRecordsAfterTheStreamLostThem(t *testing.T) {
 			}
 			d, err := NewRedriver(client, url, newMemKinesis(&memShard{id: shard.ShardID}), p,
 				RedriveConfig{Group: ugroup, Stream: ustream, MaxRecordAttempts: 1, Backoff: time.Millisecond, VisibilityTimeout: 30 * time.Second},
-				WithRedriveLogger(discard()), WithRedrivePayloads(objects))
+				WithRedriveLogger(discard()), WithRedrivePayloads(objects), WithRedrivePayloadBucket(bucket))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -61,15 +62,22 @@ func parkedBody(t *testing.T, group string, i int, data []byte, byRef bool) stri
 	sum := sha256.Sum256(data)
 	m := park.Message{Version: park.Version, RecordID: id.String(), Group: group, Stream: ustream, ShardID: id.ShardID, Seq: id.Seq,
 		PartitionKey: "k", Attempts: 2, LastError: "boom", Source: pipeline.SourceConsumer, ParkedAt: time.Now().Add(-time.Hour),
-		Data: data, DataBytes: len(data), DataSHA256: hex.EncodeToString(sum[:]), ByRef: byRef}
+		Data: data, DataBytes: len(data), DataSHA256: hex.EncodeToString(sum[:]), ByRef: byRef, ParkID: fmt.Sprintf("%016x", i+1)}
 	if byRef { // only releases before payloads went to S3 wrote these, as version 1
-		m.Data, m.Version = nil, 1
+		m.Data, m.Version, m.ParkID = nil, 1, ""
 	}
-	b, err := json.Marshal(m)
+	if byRef {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	b, err := park.Encode(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	return b
 }
 
 func TestRedriveOutcomes(t *testing.T) {
@@ -83,6 +91,11 @@ func TestRedriveOutcomes(t *testing.T) {
 		parkedBody(t, ugroup, 4, []byte("four"), false),     // hf: ledger write fails: left
 	}}
 	ledger := &pipelinetest.Ledger{}
+	for _, b := range q.bodies {
+		if m, err := park.Decode(b); err == nil && m.Group == ugroup {
+			recordParkedBody(t, ledger, b)
+		}
+	}
 	rec := newRecorder()
 	ledger.Fail = func(op string) error {
 		if op == "record" && slices.ContainsFunc(rec.delivered(), func(id recordid.ID) bool { return id.Seq == fakeSeq(4) }) {
@@ -141,9 +154,11 @@ func TestRedriveKeepsTheMessageWhenParkingAgainFails(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{bodies: []string{parkedBody(t, ugroup, 0, []byte("zero"), false)}}
+			ledger := &pipelinetest.Ledger{}
+			recordParkedBody(t, ledger, q.bodies[0])
 			parker := &pipelinetest.Parker{Fail: func(park.Record) error { return tc.parkErr }}
 			failing := func(context.Context, pipeline.Record) error { return errBoom }
-			p, err := pipeline.New(NewRedriveLedger(&pipelinetest.Ledger{}), &pipelinetest.Checkpoint{}, parker, failing, pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 1})
+			p, err := pipeline.New(NewRedriveLedger(ledger), &pipelinetest.Checkpoint{}, parker, failing, pipeline.Config{MaxRecordAttempts: 1, MaxConcurrency: 1})
 			if err != nil {
 				t.Fatal(err)
 			}

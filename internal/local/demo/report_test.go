@@ -164,7 +164,7 @@ func TestDecodeParked(t *testing.T) {
 	v := &variant{expected: map[string][]byte{"r-0000001": []byte(`{"id":"r-0000001","key":"pk-0001","n":1,"poison":true}`)}}
 	msg := func(data []byte) string {
 		sum := sha256.Sum256(data)
-		b, _ := json.Marshal(park.Message{Version: park.Version, RecordID: "shardId-000000000000:1:0", ShardID: "shardId-000000000000",
+		b, _ := json.Marshal(park.Message{Version: 2, RecordID: "shardId-000000000000:1:0", ShardID: "shardId-000000000000",
 			Seq: "1", Group: "demo", Stream: "s", Data: data, DataBytes: len(data), DataSHA256: hex.EncodeToString(sum[:])})
 		return string(b)
 	}

@@ -112,7 +112,7 @@ func TestDecodeParkedCountsTheReconcilersParks(t *testing.T) {
 	v := &variant{expected: payload}
 	msg := func(id, source string, data []byte) string {
 		sum := sha256.Sum256(data)
-		b, _ := json.Marshal(park.Message{Version: park.Version, RecordID: "shardId-000000000000:1:0", ShardID: "shardId-000000000000",
+		b, _ := json.Marshal(park.Message{Version: 2, RecordID: "shardId-000000000000:1:0", ShardID: "shardId-000000000000",
 			Seq: "1", Group: "demo", Stream: "s", Source: source, Data: data, DataBytes: len(data), DataSHA256: hex.EncodeToString(sum[:])})
 		return string(b)
 	}

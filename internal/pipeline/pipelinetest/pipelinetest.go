@@ -6,7 +6,10 @@ package pipelinetest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gapless-dev/gapless/internal/park"
@@ -45,6 +48,9 @@ var (
 type View struct {
 	done     map[recordid.ID]bool
 	parked   map[recordid.ID]bool
+	parks    map[recordid.ID][]park.Receipt
+	byRef    map[recordid.ID]bool
+	redriven map[recordid.ID]bool
 	attempts map[recordid.ID]int
 	markers  []pipeline.MarkerState
 }
@@ -106,6 +112,15 @@ func (l *Ledger) Markers(shard recordid.Shard) []pipeline.Marker {
 // Done implements pipeline.View.
 func (v *View) Done(id recordid.ID) bool { return v.done[id] }
 
+// RedriveProcessed reports whether an entry of source redrive lists id done and not parked.
+func (v *View) RedriveProcessed(id recordid.ID) bool { return v.redriven[id] }
+
+// ParkedByRef reports whether id was parked by reference.
+func (v *View) ParkedByRef(id recordid.ID) bool { return v.byRef[id] }
+
+// ParkReceipts implements pipeline.ParkView.
+func (v *View) ParkReceipts(id recordid.ID) []park.Receipt { return v.parks[id] }
+
 // Parked reports whether id was parked.
 func (v *View) Parked(id recordid.ID) bool { return v.parked[id] }
 
@@ -128,7 +143,7 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 	if err := l.fail("lookup"); err != nil {
 		return nil, err
 	}
-	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, attempts: map[recordid.ID]int{}}
+	v := &View{done: map[recordid.ID]bool{}, parked: map[recordid.ID]bool{}, parks: map[recordid.ID][]park.Receipt{}, byRef: map[recordid.ID]bool{}, redriven: map[recordid.ID]bool{}, attempts: map[recordid.ID]int{}}
 	in := func(id recordid.ID) bool {
 		return seqnum.Compare(id.Seq, first) >= 0 && seqnum.Compare(id.Seq, last) <= 0
 	}
@@ -149,6 +164,23 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 		for _, id := range e.Failed {
 			if in(id) {
 				v.attempts[id]++
+			}
+		}
+		if e.Source == pipeline.SourceRedrive {
+			for _, id := range e.Done {
+				if in(id) && !slices.Contains(e.Parked, id) {
+					v.redriven[id] = true
+				}
+			}
+		}
+		for _, id := range e.ParkedByRef {
+			if in(id) {
+				v.byRef[id] = true
+			}
+		}
+		for _, p := range e.Parks {
+			if in(p.ID) {
+				v.parks[p.ID] = append(v.parks[p.ID], p.Receipt)
 			}
 		}
 	}
@@ -276,7 +308,9 @@ func (p *Parker) Park(_ context.Context, r park.Record) (park.Result, error) {
 		}
 	}
 	p.Parked = append(p.Parked, r)
-	return park.Result{MessageID: fmt.Sprintf("m-%d", len(p.Parked))}, nil
+	sum := sha256.Sum256(r.Data)
+	return park.Result{MessageID: fmt.Sprintf("m-%d", len(p.Parked)), Receipt: park.Receipt{ParkID: fmt.Sprintf("%016x", len(p.Parked)),
+		Bytes: len(r.Data), SHA256: hex.EncodeToString(sum[:]), KeySHA256: park.KeyDigest(r.PartitionKey)}}, nil
 }
 
 // Records returns a copy of what was parked.
@@ -285,3 +319,5 @@ func (p *Parker) Records() []park.Record {
 	defer p.mu.Unlock()
 	return append([]park.Record(nil), p.Parked...)
 }
+
+var _ pipeline.ParkView = (*View)(nil)
