@@ -404,9 +404,11 @@ func (r *Reconciler) withinShardBudget(ctx context.Context, left int, walk func(
 		return res.rep, false, res.err
 	case <-sctx.Done():
 	}
-	// The walk checks its context between pages and records: give it a moment to return what
-	// it did. The pass's own deadline already keeps DeadlineMargin from the invocation's.
-	grace := time.NewTimer(min(time.Second, r.cfg.DeadlineMargin/2))
+	// The walk checks its context between pages and records: give it half the margin to return
+	// what it did (its last writes: the watermark, the position kept through an empty stretch),
+	// so a slow write is not taken for a stuck Process. The pass's own deadline keeps
+	// DeadlineMargin from the invocation's, so this stays inside the invocation.
+	grace := time.NewTimer(r.cfg.DeadlineMargin / 2)
 	defer grace.Stop()
 	select {
 	case res := <-done:

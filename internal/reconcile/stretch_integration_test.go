@@ -134,10 +134,10 @@ func TestEmptyStretchCrossedOverPasses(t *testing.T) {
 	kin := &stretchKinesis{kinesisAPI: s.kin, stream: s.stream, shardID: parent, first: aws.ToTime(page.Records[0].ApproximateArrivalTimestamp),
 		from: 30 * time.Minute, step: time.Minute, steps: 30, perPass: 8}
 	rec := newRecorder()
-	// DeadlineMargin gives a walk cut short by its budget a second (half of it) to return, time
+	// DeadlineMargin gives a walk cut short by its budget 3 s (half of it) to return, time
 	// enough for its last writes on a loaded machine; MaxRunTime bounds each pass.
 	r, err := New(kin, s.cps, s.pipeline(rec.process, 3), Config{Group: s.group, Stream: s.stream, SettleAfter: time.Minute,
-		ReadInterval: time.Millisecond, MaxRunTime: 1500 * time.Millisecond, DeadlineMargin: 2 * time.Second}, WithClock(later))
+		ReadInterval: time.Millisecond, MaxRunTime: 3 * time.Second, DeadlineMargin: 6 * time.Second}, WithClock(later))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,10 +221,10 @@ func TestEmptyStretchAfterTheWatermarkCrossedOverPasses(t *testing.T) {
 	kin := &stretchKinesis{kinesisAPI: s.kin, stream: s.stream, shardID: shardID, after: before[2].seq,
 		first: aws.ToTime(page.Records[0].ApproximateArrivalTimestamp), from: 2500 * time.Millisecond, step: 100 * time.Millisecond, steps: 25, perPass: 15}
 	rec := newRecorder()
-	// DeadlineMargin gives a walk cut short by its budget a second (half of it) to return, time
+	// DeadlineMargin gives a walk cut short by its budget 3 s (half of it) to return, time
 	// enough for its last writes on a loaded machine; MaxRunTime bounds each pass.
 	r, err := New(kin, s.cps, s.pipeline(rec.process, 3), Config{Group: s.group, Stream: s.stream, SettleAfter: time.Minute,
-		ReadInterval: time.Millisecond, MaxRunTime: 1500 * time.Millisecond, DeadlineMargin: 2 * time.Second}, WithClock(later))
+		ReadInterval: time.Millisecond, MaxRunTime: 3 * time.Second, DeadlineMargin: 6 * time.Second}, WithClock(later))
 	if err != nil {
 		t.Fatal(err)
 	}
