@@ -1,0 +1,151 @@
+package sim
+
+import (
+	"context"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// The clients the product packages are given: each method passes the fault layer (call) and
+// then the model. They satisfy the consumer-side interfaces of internal/dedupe,
+// internal/checkpoint, internal/park and internal/reconcile.
+
+type ddbClient struct {
+	s *Sched
+	m *Dynamo
+}
+
+func (c ddbClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	return call(ctx, c.s, "dynamodb PutItem", true, func() (*dynamodb.PutItemOutput, error) { return c.m.PutItem(ctx, in) })
+}
+
+func (c ddbClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	return call(ctx, c.s, "dynamodb UpdateItem", true, func() (*dynamodb.UpdateItemOutput, error) { return c.m.UpdateItem(ctx, in) })
+}
+
+func (c ddbClient) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	return call(ctx, c.s, "dynamodb DeleteItem", true, func() (*dynamodb.DeleteItemOutput, error) { return c.m.DeleteItem(ctx, in) })
+}
+
+func (c ddbClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return call(ctx, c.s, "dynamodb GetItem", false, func() (*dynamodb.GetItemOutput, error) { return c.m.GetItem(ctx, in) })
+}
+
+func (c ddbClient) Query(ctx context.Context, in *dynamodb.QueryInput, _ ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	return call(ctx, c.s, "dynamodb Query", false, func() (*dynamodb.QueryOutput, error) { return c.m.Query(ctx, in) })
+}
+
+func (c ddbClient) Scan(ctx context.Context, in *dynamodb.ScanInput, _ ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
+	return call(ctx, c.s, "dynamodb Scan", false, func() (*dynamodb.ScanOutput, error) { return c.m.Scan(ctx, in) })
+}
+
+func (c ddbClient) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	return call(ctx, c.s, "dynamodb BatchWriteItem", true, func() (*dynamodb.BatchWriteItemOutput, error) {
+		return c.m.batchWrite(in, func(int) bool { return c.s.partial(ctx, "dynamodb BatchWriteItem") })
+	})
+}
+
+func (c ddbClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	return call(ctx, c.s, "dynamodb BatchGetItem", false, func() (*dynamodb.BatchGetItemOutput, error) {
+		out, err := c.m.BatchGetItem(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		// A partial result hands keys back in UnprocessedKeys: drop the item read for each.
+		for name, ka := range in.RequestItems {
+			var keep []map[string]types.AttributeValue
+			var back []map[string]types.AttributeValue
+			got := out.Responses[name]
+			for _, k := range ka.Keys {
+				it := findItem(got, k)
+				if c.s.partial(ctx, "dynamodb BatchGetItem") {
+					back = append(back, k)
+					continue
+				}
+				if it != nil {
+					keep = append(keep, it)
+				}
+			}
+			out.Responses[name] = keep
+			if len(back) > 0 {
+				if out.UnprocessedKeys == nil {
+					out.UnprocessedKeys = map[string]types.KeysAndAttributes{}
+				}
+				ka.Keys = back
+				out.UnprocessedKeys[name] = ka
+			}
+		}
+		return out, nil
+	})
+}
+
+func findItem(items []map[string]types.AttributeValue, key map[string]types.AttributeValue) map[string]types.AttributeValue {
+	for _, it := range items {
+		match := true
+		for k, v := range key {
+			if c, ok := compare(it[k], v); !ok || c != 0 {
+				match = false
+				break
+			}
+		}
+		if match {
+			return it
+		}
+	}
+	return nil
+}
+
+type sqsClient struct {
+	s *Sched
+	m *SQS
+}
+
+func (c sqsClient) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	return call(ctx, c.s, "sqs SendMessage", true, func() (*sqs.SendMessageOutput, error) { return c.m.SendMessage(ctx, in) })
+}
+
+func (c sqsClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	return call(ctx, c.s, "sqs ReceiveMessage", true, func() (*sqs.ReceiveMessageOutput, error) { return c.m.ReceiveMessage(ctx, in) })
+}
+
+func (c sqsClient) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	return call(ctx, c.s, "sqs DeleteMessage", true, func() (*sqs.DeleteMessageOutput, error) { return c.m.DeleteMessage(ctx, in) })
+}
+
+func (c sqsClient) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	return call(ctx, c.s, "sqs ChangeMessageVisibility", true, func() (*sqs.ChangeMessageVisibilityOutput, error) {
+		return c.m.ChangeMessageVisibility(ctx, in)
+	})
+}
+
+func (c sqsClient) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
+	return call(ctx, c.s, "sqs GetQueueUrl", false, func() (*sqs.GetQueueUrlOutput, error) { return c.m.GetQueueUrl(ctx, in) })
+}
+
+type kinesisClient struct {
+	s *Sched
+	m *Kinesis
+}
+
+func (c kinesisClient) DescribeStreamSummary(ctx context.Context, in *kinesis.DescribeStreamSummaryInput, _ ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error) {
+	return call(ctx, c.s, "kinesis DescribeStreamSummary", false, func() (*kinesis.DescribeStreamSummaryOutput, error) {
+		return c.m.DescribeStreamSummary(ctx, in)
+	})
+}
+
+func (c kinesisClient) ListShards(ctx context.Context, in *kinesis.ListShardsInput, _ ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
+	return call(ctx, c.s, "kinesis ListShards", false, func() (*kinesis.ListShardsOutput, error) { return c.m.ListShards(ctx, in) })
+}
+
+func (c kinesisClient) GetShardIterator(ctx context.Context, in *kinesis.GetShardIteratorInput, _ ...func(*kinesis.Options)) (*kinesis.GetShardIteratorOutput, error) {
+	return call(ctx, c.s, "kinesis GetShardIterator", false, func() (*kinesis.GetShardIteratorOutput, error) {
+		return c.m.GetShardIterator(ctx, in)
+	})
+}
+
+func (c kinesisClient) GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, _ ...func(*kinesis.Options)) (*kinesis.GetRecordsOutput, error) {
+	return call(ctx, c.s, "kinesis GetRecords", false, func() (*kinesis.GetRecordsOutput, error) { return c.m.GetRecords(ctx, in) })
+}

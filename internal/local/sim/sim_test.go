@@ -1,0 +1,239 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var (
+	flagSeeds    = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
+	flagDuration = flag.Duration("sim.duration", 0, "run fresh seeds for this long (wall clock)")
+	flagMutation = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger)
+	flagVerbose  = flag.Bool("sim.v", false, "print every run's counts")
+)
+
+// runOne runs cfg in its own bubble.
+func runOne(t *testing.T, cfg Config) Result {
+	var res Result
+	synctest.Test(t, func(t *testing.T) { res = Run(cfg) })
+	return res
+}
+
+// shrink removes the faults of a failing run one by one, keeping each removal after which the
+// run still fails, and returns the smallest failing configuration found.
+func shrink(t *testing.T, cfg Config, res Result) (Config, Result) {
+	if cfg.Suppress == nil {
+		cfg.Suppress = map[int]bool{}
+	}
+	for ord := 1; ord <= len(res.Faults)+len(cfg.Suppress); ord++ {
+		if cfg.Suppress[ord] {
+			continue
+		}
+		try := cfg
+		try.Suppress = map[int]bool{ord: true}
+		for k := range cfg.Suppress {
+			try.Suppress[k] = true
+		}
+		if r := runOne(t, try); r.Failed() {
+			cfg, res = try, r
+		}
+	}
+	return cfg, res
+}
+
+func report(t *testing.T, cfg Config, res Result) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d FAILED (replay: make sim SEEDS=%d%s)\n", res.Seed, res.Seed, mutationArg(cfg))
+	for _, v := range res.Violations[:min(len(res.Violations), 10)] {
+		fmt.Fprintf(&b, "  invariant: %s\n", v)
+	}
+	if len(res.Violations) > 10 {
+		fmt.Fprintf(&b, "  ... %d violations in all\n", len(res.Violations))
+	}
+	fmt.Fprintf(&b, "  shape: shards %d records %d keys %d split %v PF %d batch %d retries %d bisect %v attempts %d retention %s\n",
+		cfg.Shards, cfg.Records, cfg.Keys, cfg.Split, cfg.Parallelization, cfg.BatchSize, cfg.MaxRetry, cfg.Bisect, cfg.MaxRecordAttempts, cfg.Retention)
+	fmt.Fprintf(&b, "  minimal fault schedule (%d faults; %d removed by shrinking):\n", len(res.Faults), len(cfg.Suppress))
+	for _, f := range res.Faults {
+		fmt.Fprintf(&b, "    %s\n", f)
+	}
+	t.Error(b.String())
+}
+
+func mutationArg(cfg Config) string {
+	if cfg.Mutation == "" {
+		return ""
+	}
+	return " MUTATION=" + cfg.Mutation
+}
+
+// summary aggregates runs.
+type summary struct {
+	runs, failed int
+	byInvariant  map[string]int
+	counts       map[string]int
+	sites        map[string]*SiteStats
+	firstFail    map[string]int // invariant -> runs until first seen
+}
+
+func newSummary() *summary {
+	return &summary{byInvariant: map[string]int{}, counts: map[string]int{}, sites: map[string]*SiteStats{}, firstFail: map[string]int{}}
+}
+
+func invariantOf(v string) string {
+	if i := strings.Index(v, ":"); i > 0 {
+		return v[:i]
+	}
+	return v
+}
+
+func (s *summary) add(r Result) {
+	s.runs++
+	if r.Failed() {
+		s.failed++
+	}
+	seen := map[string]bool{}
+	for _, v := range r.Violations {
+		k := invariantOf(v)
+		if !seen[k] {
+			seen[k] = true
+			s.byInvariant[k]++
+			if _, ok := s.firstFail[k]; !ok {
+				s.firstFail[k] = s.runs
+			}
+		}
+	}
+	for k, n := range r.Counts {
+		s.counts[k] += n
+	}
+	for k, st := range r.Sites {
+		a := s.sites[k]
+		if a == nil {
+			a = &SiteStats{}
+			s.sites[k] = a
+		}
+		a.Calls += st.Calls
+		a.Failed += st.Failed
+		a.Lost += st.Lost
+		a.Died += st.Died
+		a.Partial += st.Partial
+	}
+}
+
+func (s *summary) print(t *testing.T, wall time.Duration) {
+	t.Logf("runs %d, failed %d, %.0f runs/minute (wall %s)", s.runs, s.failed, float64(s.runs)/wall.Minutes(), wall.Round(time.Millisecond))
+	for _, inv := range []string{"lost", "verified past an unaccounted record", "parked with a different payload", "loss not counted on", "loss over-counted on", "parked message does not decode"} {
+		first := ""
+		if n, ok := s.firstFail[inv]; ok {
+			first = fmt.Sprintf(" (first in run %d)", n)
+		}
+		t.Logf("  invariant %-40q broken in %d runs%s", inv, s.byInvariant[inv], first)
+	}
+	for k, n := range s.byInvariant {
+		switch k {
+		case "lost", "verified past an unaccounted record", "parked with a different payload", "loss not counted on", "loss over-counted on", "parked message does not decode":
+		default:
+			t.Logf("  other failure %q in %d runs", k, n)
+		}
+	}
+	keys := make([]string, 0, len(s.counts))
+	for k := range s.counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Logf("  records %-50s %d", k, s.counts[k])
+	}
+	sites := make([]string, 0, len(s.sites))
+	for k := range s.sites {
+		sites = append(sites, k)
+	}
+	sort.Strings(sites)
+	t.Logf("  %-72s %8s %7s %7s %7s %7s", "call site", "calls", "failed", "lost", "died", "partial")
+	for _, k := range sites {
+		st := s.sites[k]
+		if st.Failed+st.Lost+st.Died+st.Partial == 0 && !*flagVerbose {
+			continue
+		}
+		t.Logf("  %-72s %8d %7d %7d %7d %7d", k, st.Calls, st.Failed, st.Lost, st.Died, st.Partial)
+	}
+}
+
+// seeds returns the seeds the flags ask for, or fresh ones from the clock.
+func seeds(t *testing.T) (list []uint64, fresh bool) {
+	s := *flagSeeds
+	if s == "" {
+		return nil, true
+	}
+	if first, n, ok := strings.Cut(s, "+"); ok {
+		var a, c uint64
+		fmt.Sscan(first, &a)
+		fmt.Sscan(n, &c)
+		for i := range c {
+			list = append(list, a+i)
+		}
+		return list, false
+	}
+	for _, f := range strings.Split(s, ",") {
+		var a uint64
+		if _, err := fmt.Sscan(f, &a); err != nil {
+			t.Fatalf("-sim.seeds %q: %v", s, err)
+		}
+		list = append(list, a)
+	}
+	return list, false
+}
+
+// TestSim runs whole-system simulations: the given seeds, or fresh seeds for -sim.duration
+// (default 20 s, the CI budget). A failing seed is shrunk and printed with its fault schedule.
+func TestSim(t *testing.T) {
+	list, fresh := seeds(t)
+	budget := *flagDuration
+	if budget == 0 {
+		budget = 20 * time.Second
+		if testing.Short() {
+			budget = 5 * time.Second
+		}
+	}
+	sum := newSummary()
+	start := time.Now()
+	next := uint64(start.UnixNano())
+	if fresh {
+		t.Logf("fresh seeds from %d", next)
+	}
+	lastLine := start
+	for i := 0; ; i++ {
+		var seed uint64
+		if fresh {
+			if time.Since(start) > budget {
+				break
+			}
+			seed = next + uint64(i)
+		} else {
+			if i == len(list) {
+				break
+			}
+			seed = list[i]
+		}
+		cfg := Defaults(seed)
+		cfg.Mutation = *flagMutation
+		res := runOne(t, cfg)
+		sum.add(res)
+		if *flagVerbose {
+			t.Logf("seed %d: %v virtual %s grants %d trace %x", seed, res.Counts, res.Virtual, res.Grants, res.Trace)
+		}
+		if res.Failed() && sum.failed <= 3 {
+			c, r := shrink(t, cfg, res)
+			report(t, c, r)
+		}
+		if time.Since(lastLine) > 5*time.Second {
+			lastLine = time.Now()
+			fmt.Printf("sim: %d runs, %d failed, %.0f runs/minute\n", sum.runs, sum.failed, float64(sum.runs)/time.Since(start).Minutes())
+		}
+	}
+	sum.print(t, time.Since(start))
+}
