@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -32,6 +33,7 @@ type Dynamo struct {
 
 type table struct {
 	hash, rng string
+	keys      map[string][]string                                   // hash -> sorted range keys (nil: stale)
 	parts     map[string]map[string]map[string]types.AttributeValue // hash -> range -> item
 }
 
@@ -42,7 +44,7 @@ func NewDynamo() *Dynamo { return &Dynamo{tables: map[string]*table{}} }
 func (d *Dynamo) CreateTable(name, hash, rng string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.tables[name] = &table{hash: hash, rng: rng, parts: map[string]map[string]map[string]types.AttributeValue{}}
+	d.tables[name] = &table{hash: hash, rng: rng, keys: map[string][]string{}, parts: map[string]map[string]map[string]types.AttributeValue{}}
 }
 
 // Items returns a copy of every item of a table, in key order.
@@ -101,7 +103,19 @@ func (t *table) get(h, r string) map[string]types.AttributeValue {
 	return t.parts[h][r]
 }
 
+func (t *table) sorted(h string) []string {
+	if ks, ok := t.keys[h]; ok {
+		return ks
+	}
+	ks := sortedKeys(t.parts[h])
+	t.keys[h] = ks
+	return ks
+}
+
 func (t *table) put(h, r string, item map[string]types.AttributeValue) {
+	if _, ok := t.parts[h][r]; !ok {
+		delete(t.keys, h)
+	}
 	p := t.parts[h]
 	if p == nil {
 		p = map[string]map[string]types.AttributeValue{}
@@ -111,6 +125,7 @@ func (t *table) put(h, r string, item map[string]types.AttributeValue) {
 }
 
 func (t *table) del(h, r string) {
+	delete(t.keys, h)
 	delete(t.parts[h], r)
 	if len(t.parts[h]) == 0 {
 		delete(t.parts, h)
@@ -339,8 +354,14 @@ func (d *Dynamo) Query(_ context.Context, in *dynamodb.QueryInput, _ ...func(*dy
 		return nil, fmt.Errorf("%w: query without :pk", errValidation)
 	}
 	part := t.parts[pkv.Value]
-	rks := sortedKeys(part)
+	rks := t.sorted(pkv.Value)
+	// The key conditions gapless writes bound the range key from below (>= :from, BETWEEN
+	// :from AND :upto): start there; every item is still checked against the condition.
+	if from, ok := in.ExpressionAttributeValues[":from"].(*types.AttributeValueMemberS); ok && (in.ScanIndexForward == nil || *in.ScanIndexForward) {
+		rks = rks[sort.SearchStrings(rks, from.Value):]
+	}
 	if in.ScanIndexForward != nil && !*in.ScanIndexForward {
+		rks = slices.Clone(rks)
 		for i, j := 0, len(rks)-1; i < j; i, j = i+1, j-1 {
 			rks[i], rks[j] = rks[j], rks[i]
 		}

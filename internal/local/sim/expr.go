@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -24,7 +25,20 @@ type token struct {
 	s    string
 }
 
+var lexCache sync.Map // expression -> []token
+
 func lex(s string) ([]token, error) {
+	if v, ok := lexCache.Load(s); ok {
+		return v.([]token), nil
+	}
+	toks, err := lexRaw(s)
+	if err == nil {
+		lexCache.Store(s, toks)
+	}
+	return toks, err
+}
+
+func lexRaw(s string) ([]token, error) {
 	var out []token
 	for i := 0; i < len(s); {
 		c := rune(s[i])

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing/synctest"
@@ -52,8 +53,8 @@ type actor struct {
 	mortal bool // it can die
 	dead   bool
 	cancel context.CancelFunc
-	calls  int
-	kind   string // consumer, reconciler, failure, mapping, producer
+	calls  map[string]int // gate calls by site and detail
+	kind   string         // consumer, reconciler, failure, mapping, producer
 }
 
 func withActor(ctx context.Context, a *actor) context.Context {
@@ -111,15 +112,22 @@ func (s *Sched) site(name string) *SiteStats {
 
 // gate blocks until the scheduler lets the call through. A call of a dead actor fails at once;
 // a mortal actor may die here.
-func (s *Sched) gate(ctx context.Context, site string) error {
+func (s *Sched) gate(ctx context.Context, site, detail string) error {
 	a := actorOf(ctx)
 	s.mu.Lock()
 	if a.dead {
 		s.mu.Unlock()
 		return errDied
 	}
-	w := &waiter{key: fmt.Sprintf("%s|%06d|%s", a.name, a.calls, site), ch: make(chan struct{})}
-	a.calls++
+	// The key names the call by what it is, not by when its goroutine got here: goroutines
+	// woken at one virtual instant reach their gates in any order.
+	if a.calls == nil {
+		a.calls = map[string]int{}
+	}
+	k := site + "|" + detail
+	n := a.calls[k]
+	a.calls[k] = n + 1
+	w := &waiter{key: a.name + "|" + k + "|" + strconv.Itoa(n), ch: make(chan struct{})}
 	s.pending = append(s.pending, w)
 	s.mu.Unlock()
 	select {
@@ -222,7 +230,7 @@ func (s *Sched) calm() {
 // loop grants waiting calls until stop reports true at a moment nothing is waiting. It must
 // run in the bubble's root goroutine.
 func (s *Sched) loop(stop func() bool) {
-	const tick = 50 * time.Millisecond
+	const tick = time.Second
 	for {
 		synctest.Wait()
 		s.mu.Lock()
@@ -253,7 +261,7 @@ func (s *Sched) loop(stop func() bool) {
 // call makes one SDK call through the fault layer: each attempt waits at the gate and may fail
 // before it is applied or be applied with its response lost; like the SDK's retryer, a failed
 // attempt is retried (after a backoff) up to sdkAttempts, and the caller sees the last error.
-func call[T any](ctx context.Context, s *Sched, op string, write bool, f func() (T, error)) (T, error) {
+func call[T any](ctx context.Context, s *Sched, op, detail string, write bool, f func() (T, error)) (T, error) {
 	site := op + " " + callerSite()
 	var zero T
 	var last error
@@ -261,7 +269,7 @@ func call[T any](ctx context.Context, s *Sched, op string, write bool, f func() 
 		if attempt > 0 {
 			time.Sleep(time.Duration(25<<attempt) * time.Millisecond)
 		}
-		if err := s.gate(ctx, site); err != nil {
+		if err := s.gate(ctx, site, detail); err != nil {
 			return zero, err
 		}
 		switch s.draw(ctx, site, write) {
