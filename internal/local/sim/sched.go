@@ -149,6 +149,18 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 	return ctx.Err()
 }
 
+// kill ends a sandbox now (a crash the record itself causes, not a drawn fault).
+func (s *Sched) kill(a *actor, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a.dead {
+		return
+	}
+	a.dead = true
+	a.cancel()
+	s.Log = append(s.Log, fmt.Sprintf("t=%s %s dies: %s", time.Now().UTC().Format("15:04:05.000"), a.name, why))
+}
+
 // drawLocked draws one number and reports whether it falls under p (always one draw).
 func (s *Sched) drawLocked(p float64) bool {
 	return s.fr.Float64() < p

@@ -13,10 +13,12 @@ import (
 )
 
 var (
-	flagSeeds    = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
-	flagDuration = flag.Duration("sim.duration", 0, "run fresh seeds for this long (wall clock)")
-	flagMutation = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger)
-	flagVerbose  = flag.Bool("sim.v", false, "print every run's counts")
+	flagSeeds      = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
+	flagDuration   = flag.Duration("sim.duration", 0, "run fresh seeds for this long (wall clock)")
+	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger)
+	flagVerbose    = flag.Bool("sim.v", false, "print every run's counts")
+	flagShrinkTime = flag.Duration("sim.shrinktime", time.Minute, "wall-clock budget for shrinking one failing run")
+	flagShrink     = flag.Int("sim.shrink", 1, "shrink and print the fault schedule of the first N failing runs (others print their violations)")
 )
 
 // runOne runs cfg in its own bubble.
@@ -37,17 +39,32 @@ func shrink(t *testing.T, cfg Config, res Result) (Config, Result) {
 	if cfg.Suppress == nil {
 		cfg.Suppress = map[int]bool{}
 	}
-	for ord := 1; ord <= len(res.Faults)+len(cfg.Suppress); ord++ {
-		if cfg.Suppress[ord] {
-			continue
+	deadline := time.Now().Add(*flagShrinkTime)
+	// Chunks of faults first (halves, quarters, ...), then single faults: keep every removal
+	// after which the run still fails. Ordinals count every fault drawn, applied or not.
+	total := len(res.Faults) + len(cfg.Suppress)
+	for size := max(1, total/2); ; size /= 2 {
+		for lo := 1; lo <= total && time.Now().Before(deadline); lo += size {
+			try := cfg
+			try.Suppress = map[int]bool{}
+			for k := range cfg.Suppress {
+				try.Suppress[k] = true
+			}
+			added := false
+			for ord := lo; ord < lo+size; ord++ {
+				if !try.Suppress[ord] {
+					try.Suppress[ord], added = true, true
+				}
+			}
+			if !added {
+				continue
+			}
+			if r := runOne(t, try); r.Failed() {
+				cfg, res = try, r
+			}
 		}
-		try := cfg
-		try.Suppress = map[int]bool{ord: true}
-		for k := range cfg.Suppress {
-			try.Suppress[k] = true
-		}
-		if r := runOne(t, try); r.Failed() {
-			cfg, res = try, r
+		if size == 1 {
+			break
 		}
 	}
 	return cfg, res
@@ -85,6 +102,7 @@ type summary struct {
 	counts       map[string]int
 	sites        map[string]*SiteStats
 	firstFail    map[string]int // invariant -> runs until first seen
+	virtual      []time.Duration
 }
 
 func newSummary() *summary {
@@ -104,6 +122,7 @@ func invariantOf(v string) string {
 
 func (s *summary) add(r Result) {
 	s.runs++
+	s.virtual = append(s.virtual, r.Virtual)
 	if r.Failed() {
 		s.failed++
 	}
@@ -137,6 +156,12 @@ func (s *summary) add(r Result) {
 
 func (s *summary) print(t *testing.T, wall time.Duration) {
 	t.Logf("runs %d, failed %d, %.0f runs/minute (wall %s)", s.runs, s.failed, float64(s.runs)/wall.Minutes(), wall.Round(time.Millisecond))
+	if n := len(s.virtual); n > 0 {
+		v := slices.Clone(s.virtual)
+		slices.Sort(v)
+		t.Logf("  time to safety (virtual, production start to every record accounted for): median %s, p99 %s, max %s",
+			v[n/2], v[n*99/100], v[n-1])
+	}
 	for _, inv := range invariants {
 		first := ""
 		if n, ok := s.firstFail[inv]; ok {
@@ -235,9 +260,15 @@ func TestSim(t *testing.T) {
 		if *flagVerbose {
 			t.Logf("seed %d: %v virtual %s grants %d trace %x", seed, res.Counts, res.Virtual, res.Grants, res.Trace)
 		}
-		if res.Failed() && sum.failed <= 3 {
+		switch {
+		case res.Failed() && sum.failed <= *flagShrink:
 			c, r := shrink(t, cfg, res)
 			report(t, c, r)
+		case res.Failed() && sum.failed <= 20:
+			t.Errorf("seed %d FAILED (replay: make sim SEEDS=%d%s): %s", seed, seed, mutationArg(cfg), res.Violations[0])
+			if *flagVerbose {
+				report(t, cfg, res)
+			}
 		}
 		if time.Since(lastLine) > 5*time.Second {
 			lastLine = time.Now()

@@ -65,9 +65,11 @@ type Config struct {
 	Bisect            bool
 	MaxRecordAttempts int
 	Poison            float64 // share of records Process always fails
+	Killer            float64 // share of records whose Process kills the sandbox
 	Retention         time.Duration
 	Produce           time.Duration // production (and fault) time; faults stop at its end
 	Heal              time.Duration // fault-free time after it for the system to converge
+	MaxExtra          time.Duration // how much longer a run may go on for its records to be accounted for
 	Settle            time.Duration
 	MaxRecordAge      time.Duration // the mapping's MaximumRecordAge, given to the reconciler too
 	Schedule          time.Duration // reconciler pass interval
@@ -84,8 +86,8 @@ func Defaults(seed uint64) Config {
 	c := Config{
 		Seed: seed, Shards: 3, Records: 200 + r.IntN(200), Keys: 8 + r.IntN(24), Split: r.IntN(2) == 0,
 		Parallelization: 1 + r.IntN(3), BatchSize: []int{5, 10, 25}[r.IntN(3)], MaxRetry: r.IntN(4), Bisect: r.IntN(2) == 0,
-		MaxRecordAttempts: 2 + r.IntN(3), Poison: 0.01, Retention: 24 * time.Hour,
-		Produce: 2 * time.Minute, Heal: 12 * time.Minute, Settle: 2 * time.Minute, Schedule: time.Minute, MaxRecordAge: 2 * time.Minute,
+		MaxRecordAttempts: 2 + r.IntN(3), Poison: 0.01, Killer: 0.005, Retention: 24 * time.Hour,
+		Produce: 2 * time.Minute, Heal: 8 * time.Minute, MaxExtra: 60 * time.Minute, Settle: 2 * time.Minute, Schedule: time.Minute, MaxRecordAge: 2 * time.Minute,
 		Faults: Faults{Fail: 0.03, Lost: 0.03, Die: 0.01, Partial: 0.02, Process: 0.03, NoDest: 0.3},
 	}
 	if r.IntN(4) == 0 {
@@ -103,7 +105,7 @@ type Result struct {
 	Sites      map[string]*SiteStats
 	Trace      uint64 // hash of the grant order (same seed, same trace)
 	Grants     int
-	Virtual    time.Duration
+	Virtual    time.Duration // virtual time until every record was accounted for (or the run gave up)
 }
 
 // Failed reports whether an invariant broke.
@@ -130,10 +132,12 @@ var (
 	errTransient = errors.New("sim: transient business-logic failure")
 )
 
-func (w *world) poison(data []byte) bool {
-	var p struct{ Poison bool }
+// traits reads the record's test traits: a poison record always fails Process; a killer
+// record makes the sandbox running it die (the runtime crashes) every time.
+func traits(data []byte) (poison, killer bool) {
+	var p struct{ Poison, Killer bool }
 	_ = json.Unmarshal(data, &p)
-	return p.Poison
+	return p.Poison, p.Killer
 }
 
 func (w *world) see(id, by string) {
@@ -149,7 +153,12 @@ func (w *world) process(ctx context.Context, r pipeline.Record) error {
 	}
 	a := actorOf(ctx)
 	id := recKey(r.ID.ShardID, r.ID.Seq)
-	if w.poison(r.Data) {
+	poison, killer := traits(r.Data)
+	if killer {
+		w.s.kill(a, "Process of a killer record "+id)
+		return errDied
+	}
+	if poison {
 		return errPoison
 	}
 	fail := a.faulty && w.s.chance(w.cfg.Faults.Process, a.name+": Process fails "+id)
@@ -297,7 +306,7 @@ func Run(cfg Config) (res Result) {
 				return
 			}
 			key := fmt.Sprintf("key-%d", r.IntN(cfg.Keys))
-			data, _ := json.Marshal(map[string]any{"i": i, "key": key, "poison": r.Float64() < cfg.Poison})
+			data, _ := json.Marshal(map[string]any{"i": i, "key": key, "poison": r.Float64() < cfg.Poison, "killer": r.Float64() < cfg.Killer})
 			w.kin.Put(key, data, time.Now())
 			if cfg.Split && i == cfg.Records/2 {
 				w.kin.Split()
@@ -392,13 +401,23 @@ func Run(cfg Config) (res Result) {
 		}
 	})
 
+	// After the heal the run goes on (faults off) until every record is accounted for or
+	// MaxExtra passes: how long that takes is the time to safety; what is still unaccounted
+	// then is reported lost.
 	produceEnd, end := start.Add(cfg.Produce), start.Add(cfg.Produce+cfg.Heal)
+	nextCheck := end
 	w.s.loop(func() bool {
-		if !time.Now().Before(produceEnd) {
+		now := time.Now()
+		if !now.Before(produceEnd) {
 			w.s.calm()
 		}
-		return !time.Now().Before(end)
+		if now.Before(nextCheck) {
+			return false
+		}
+		nextCheck = now.Add(time.Minute)
+		return !w.check().Failed() || !now.Before(end.Add(cfg.MaxExtra))
 	})
+	settled := time.Since(start)
 	stopAll()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -411,7 +430,7 @@ func Run(cfg Config) (res Result) {
 		}
 	})
 	res = w.check()
-	res.Virtual = time.Since(start)
+	res.Virtual = settled
 	return res
 }
 
@@ -477,7 +496,9 @@ func (w *world) check() Result {
 			case verified:
 				bad("verified past an unaccounted record: %s (watermark %s): not processed, not parked, not trimmed", id, st.Watermark)
 			default:
-				bad("lost: %s neither processed, parked nor trimmed (watermark %q, checkpoint %q)", id, st.Watermark, st.Checkpoint)
+				poison, killer := traits(r.data)
+				bad("lost: %s neither processed, parked nor trimmed (watermark %q, checkpoint %q, poison %v, killer %v, arrived %s)",
+					id, st.Watermark, st.Checkpoint, poison, killer, r.arrival.Format("15:04:05.000"))
 			}
 		}
 		// LostToRetention counts expired spans (one per watermark move past a trimmed range),
