@@ -248,7 +248,7 @@ func (w *world) consumer() (func(context.Context, json.RawMessage) (any, error),
 }
 
 func (w *world) reconcileHandler() (*reconcile.Handler, error) {
-	p, cps, err := w.pipeline(w.ddbFor(false), pipeline.SourceReconciler)
+	p, cps, err := w.pipeline(w.ddbFor(true), pipeline.SourceReconciler)
 	if err != nil {
 		return nil, err
 	}
