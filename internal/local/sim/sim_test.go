@@ -16,6 +16,10 @@ var (
 	flagSeeds      = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
 	flagDuration   = flag.Duration("sim.duration", 0, "run fresh seeds for this long (wall clock)")
 	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger)
+	flagBase       = flag.Uint64("sim.base", 0, "first fresh seed (0: from the clock)")
+	flagStride     = flag.Uint64("sim.stride", 1, "fresh seeds are base+offset+i*stride (several processes share one base)")
+	flagOffset     = flag.Uint64("sim.offset", 0, "see -sim.stride")
+	flagRetention  = flag.Duration("sim.retention", 0, "the short retention of one run in four (default 6m; below the tail rule's 4m finds the uncounted-tail loss)")
 	flagVerbose    = flag.Bool("sim.v", false, "print every run's counts")
 	flagShrinkTime = flag.Duration("sim.shrinktime", time.Minute, "wall-clock budget for shrinking one failing run")
 	flagShrink     = flag.Int("sim.shrink", 1, "shrink and print the fault schedule of the first N failing runs (others print their violations)")
@@ -225,6 +229,9 @@ func seeds(t *testing.T) (list []uint64, fresh bool) {
 // TestSim runs whole-system simulations: the given seeds, or fresh seeds for -sim.duration
 // (default 20 s, the CI budget). A failing seed is shrunk and printed with its fault schedule.
 func TestSim(t *testing.T) {
+	if *flagRetention > 0 {
+		ShortRetention = *flagRetention
+	}
 	list, fresh := seeds(t)
 	budget := *flagDuration
 	if budget == 0 {
@@ -235,9 +242,12 @@ func TestSim(t *testing.T) {
 	}
 	sum := newSummary()
 	start := time.Now()
-	next := uint64(start.UnixNano())
+	next := *flagBase
+	if next == 0 {
+		next = uint64(start.UnixNano())
+	}
 	if fresh {
-		t.Logf("fresh seeds from %d", next)
+		t.Logf("fresh seeds %d+%d+i*%d for %s", next, *flagOffset, *flagStride, budget)
 	}
 	lastLine := start
 	for i := 0; ; i++ {
@@ -246,7 +256,7 @@ func TestSim(t *testing.T) {
 			if time.Since(start) > budget {
 				break
 			}
-			seed = next + uint64(i)
+			seed = next + *flagOffset + uint64(i)*(*flagStride)
 		} else {
 			if i == len(list) {
 				break
@@ -272,7 +282,7 @@ func TestSim(t *testing.T) {
 		}
 		if time.Since(lastLine) > 5*time.Second {
 			lastLine = time.Now()
-			fmt.Printf("sim: %d runs, %d failed, %.0f runs/minute\n", sum.runs, sum.failed, float64(sum.runs)/time.Since(start).Minutes())
+			fmt.Printf("sim[%d]: %d runs, %d failed, %.0f runs/minute\n", *flagOffset, sum.runs, sum.failed, float64(sum.runs)/time.Since(start).Minutes())
 		}
 	}
 	sum.print(t, time.Since(start))

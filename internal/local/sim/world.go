@@ -78,6 +78,9 @@ type Config struct {
 	Suppress          map[int]bool // fault ordinals not applied (shrinking)
 }
 
+// ShortRetention is the retention of one run in four.
+var ShortRetention = 6 * time.Minute
+
 // Defaults returns the shape of a run for seed: a few hundred records over three shards with a
 // split, two lanes per shard, every fault kind on; the seed also picks a short retention for
 // one run in four.
@@ -91,7 +94,10 @@ func Defaults(seed uint64) Config {
 		Faults: Faults{Fail: 0.03, Lost: 0.03, Die: 0.01, Partial: 0.02, Process: 0.03, NoDest: 0.3},
 	}
 	if r.IntN(4) == 0 {
-		c.Retention = 3 * time.Minute
+		// Short, but longer than the reconciler's tail rule (MaxRecordAge + Settle = 4m), as a
+		// deployed stack is (24h retention; at most 12h + settle): records are trimmed only
+		// when a shard really falls behind. ShortRetention overrides it.
+		c.Retention = ShortRetention
 	}
 	return c
 }
