@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -77,6 +78,8 @@ type Config struct {
 	Mutation          string
 	Suppress          map[int]bool // fault ordinals not applied (shrinking)
 }
+
+var debug = os.Getenv("SIM_DEBUG") != ""
 
 // ShortRetention is the retention of one run in four.
 var ShortRetention = 6 * time.Minute
@@ -360,7 +363,10 @@ func Run(cfg Config) (res Result) {
 			a := &actor{name: fmt.Sprintf("r/%04d", n), faulty: true, mortal: true, kind: "reconciler"}
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 			a.cancel = cancel
-			_, _ = h.HandleSchedule(withActor(rctx, a))
+			sum, err := h.HandleSchedule(withActor(rctx, a))
+			if debug {
+				fmt.Printf("%s %s pass: %+v err=%v dead=%v\n", time.Now().UTC().Format("15:04:05"), a.name, sum, err, a.dead)
+			}
 			cancel()
 			if a.dead {
 				h = nil
