@@ -55,52 +55,34 @@ func (c ddbClient) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteIt
 
 func (c ddbClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
 	return call(ctx, c.s, "dynamodb BatchGetItem", "", false, func() (*dynamodb.BatchGetItemOutput, error) {
-		out, err := c.m.BatchGetItem(ctx, in)
+		// A partial result hands keys back in UnprocessedKeys: those are not read.
+		read := &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{}}
+		back := map[string]types.KeysAndAttributes{}
+		for _, name := range sortedKeys(in.RequestItems) {
+			ka := in.RequestItems[name]
+			r, b := ka, ka
+			r.Keys, b.Keys = nil, nil
+			for _, k := range ka.Keys {
+				if c.s.partial(ctx, "dynamodb BatchGetItem") {
+					b.Keys = append(b.Keys, k)
+				} else {
+					r.Keys = append(r.Keys, k)
+				}
+			}
+			read.RequestItems[name] = r
+			if len(b.Keys) > 0 {
+				back[name] = b
+			}
+		}
+		out, err := c.m.BatchGetItem(ctx, read)
 		if err != nil {
 			return nil, err
 		}
-		// A partial result hands keys back in UnprocessedKeys: drop the item read for each.
-		for name, ka := range in.RequestItems {
-			var keep []map[string]types.AttributeValue
-			var back []map[string]types.AttributeValue
-			got := out.Responses[name]
-			for _, k := range ka.Keys {
-				it := findItem(got, k)
-				if c.s.partial(ctx, "dynamodb BatchGetItem") {
-					back = append(back, k)
-					continue
-				}
-				if it != nil {
-					keep = append(keep, it)
-				}
-			}
-			out.Responses[name] = keep
-			if len(back) > 0 {
-				if out.UnprocessedKeys == nil {
-					out.UnprocessedKeys = map[string]types.KeysAndAttributes{}
-				}
-				ka.Keys = back
-				out.UnprocessedKeys[name] = ka
-			}
+		if len(back) > 0 {
+			out.UnprocessedKeys = back
 		}
 		return out, nil
 	})
-}
-
-func findItem(items []map[string]types.AttributeValue, key map[string]types.AttributeValue) map[string]types.AttributeValue {
-	for _, it := range items {
-		match := true
-		for k, v := range key {
-			if c, ok := compare(it[k], v); !ok || c != 0 {
-				match = false
-				break
-			}
-		}
-		if match {
-			return it
-		}
-	}
-	return nil
 }
 
 type sqsClient struct {
