@@ -15,7 +15,7 @@ import (
 var (
 	flagSeeds      = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
 	flagDuration   = flag.Duration("sim.duration", 0, "run fresh seeds for this long (wall clock)")
-	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger)
+	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger+", "+MutationDropHold)
 	flagBase       = flag.Uint64("sim.base", 0, "first fresh seed (0: from the clock)")
 	flagStride     = flag.Uint64("sim.stride", 1, "fresh seeds are base+offset+i*stride (several processes share one base)")
 	flagOffset     = flag.Uint64("sim.offset", 0, "see -sim.stride")
@@ -265,6 +265,7 @@ func TestSim(t *testing.T) {
 		}
 		cfg := Defaults(seed)
 		cfg.Mutation = *flagMutation
+		cfg.HoldKey = cfg.HoldKey || cfg.Mutation == MutationDropHold
 		res := runOne(t, cfg)
 		sum.add(res)
 		if *flagVerbose {
@@ -321,11 +322,14 @@ func TestSimFindsMutations(t *testing.T) {
 		{MutationCheckpointDecides, "loss not counted", 20},
 		// Without in-flight markers no death is ever counted: a killer record is never parked.
 		{MutationDropMarker, "lost", 20},
+		// Without key holds a parked record holds nothing: later records of its key are applied.
+		{MutationDropHold, "out of order", 20},
 	} {
 		t.Run(tc.mutation, func(t *testing.T) {
 			for i := range tc.budget {
 				cfg := Defaults(uint64(1000 + i))
 				cfg.Mutation = tc.mutation
+				cfg.HoldKey = cfg.HoldKey || tc.mutation == MutationDropHold
 				res := runOne(t, cfg)
 				for _, v := range res.Violations {
 					if invariantOf(v) == tc.invariant {

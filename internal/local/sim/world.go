@@ -51,6 +51,9 @@ const (
 	// MutationDropLedger drops every ledger entry write of the consumer: batches are recorded
 	// nowhere, so the reconciler replays them (duplicates) and nothing is lost.
 	MutationDropLedger = "drop-ledger"
+	// MutationDropHold (with ON_PARK=hold-key) drops every key-hold write: a parked record
+	// holds nothing.
+	MutationDropHold = "drop-hold"
 )
 
 // Config is one run's shape. Zero fields get Defaults' values.
@@ -199,7 +202,7 @@ func (w *world) ddbFor(mutation bool) any {
 		return c
 	}
 	switch w.cfg.Mutation {
-	case MutationDropMarker, MutationDropLedger:
+	case MutationDropMarker, MutationDropLedger, MutationDropHold:
 		return mutantDDB{c, w.cfg.Mutation}
 	}
 	return c
@@ -211,7 +214,7 @@ func (w *world) pipeline(ddb any, source string) (*pipeline.Pipeline, *checkpoin
 	ledger := pipeline.DedupeLedger{L: dedupe.New(d, ledgerTable, dedupe.WithLogger(w.log))}
 	opts := []pipeline.Option{pipeline.WithLogger(w.log), pipeline.WithClaimer(ledger)}
 	if w.cfg.HoldKey {
-		opts = append(opts, pipeline.WithHoldKey(pipeline.HoldStore{H: dedupe.NewHolds(ddbClient{s: w.s, m: w.ddb}, ledgerTable)}))
+		opts = append(opts, pipeline.WithHoldKey(pipeline.HoldStore{H: dedupe.NewHolds(d.(holdsAPI), ledgerTable)}))
 	}
 	p, err := pipeline.New(ledger, pipeline.CheckpointStore{S: cps}, park.New(sqsClient{s: w.s, m: w.q}, w.parkedURL), w.process,
 		pipeline.Config{MaxRecordAttempts: w.cfg.MaxRecordAttempts, MaxConcurrency: 2, DeadlineMargin: 2 * time.Second}, opts...)
