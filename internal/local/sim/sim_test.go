@@ -250,6 +250,7 @@ func TestSim(t *testing.T) {
 		t.Logf("fresh seeds %d+%d+i*%d for %s", next, *flagOffset, *flagStride, budget)
 	}
 	lastLine := start
+	var failed []failure
 	for i := 0; ; i++ {
 		var seed uint64
 		if fresh {
@@ -273,8 +274,7 @@ func TestSim(t *testing.T) {
 		}
 		switch {
 		case res.Failed() && sum.failed <= *flagShrink:
-			c, r := shrink(t, cfg, res)
-			report(t, c, r)
+			failed = append(failed, failure{cfg, res}) // shrunk after the budget
 		case res.Failed() && sum.failed <= 20:
 			t.Errorf("seed %d FAILED (replay: make sim SEEDS=%d%s): %s", seed, seed, mutationArg(cfg), res.Violations[0])
 			if *flagVerbose {
@@ -287,6 +287,15 @@ func TestSim(t *testing.T) {
 		}
 	}
 	sum.print(t, time.Since(start))
+	for _, f := range failed {
+		c, r := shrink(t, f.cfg, f.res)
+		report(t, c, r)
+	}
+}
+
+type failure struct {
+	cfg Config
+	res Result
 }
 
 // TestSimReplaysExactly: a seed is a replay. Two runs of one seed make the same calls in the
