@@ -247,7 +247,8 @@ func TestSim(t *testing.T) {
 		next = uint64(start.UnixNano())
 	}
 	if fresh {
-		t.Logf("fresh seeds %d+%d+i*%d for %s", next, *flagOffset, *flagStride, budget)
+		// Printed, not logged: CI shows the seeds of a passing run too.
+		fmt.Printf("sim[%d]: fresh seeds %d+%d+i*%d for %s\n", *flagOffset, next, *flagOffset, *flagStride, budget)
 	}
 	lastLine := start
 	var failed []failure
