@@ -1,0 +1,328 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/smithy-go"
+)
+
+// The scheduler runs inside a synctest bubble: time is virtual and moves only when every
+// goroutine of the run is blocked. Every call an actor makes to a service model first waits at
+// a gate; the scheduler lets exactly one waiting call through at a time, chosen by the run's
+// seed among the waiting calls sorted by a stable key, so the interleaving of actors is a
+// function of the seed. Faults are drawn from a second seeded stream when a call passes its
+// gate.
+
+// sdkAttempts is the AWS SDK's standard retryer's attempt count (aws/retry: DefaultMaxAttempts
+// 3): a throttle, a 5xx or a connection error is retried twice before the caller sees it.
+const sdkAttempts = 3
+
+// errDied is what every call of a dead sandbox returns: nothing it does after its death
+// reaches a model.
+var errDied = errors.New("sim: the sandbox died (process exited)")
+
+// errResponseLost is the error a caller sees when its request was applied but the response
+// never arrived (a connection reset or timeout after the write).
+var errResponseLost = errors.New("sim: connection reset after the request was sent (response lost)")
+
+// Faults are per-call probabilities, drawn from the run's seed.
+type Faults struct {
+	Fail    float64 // an attempt fails before it is applied (5xx or throttle)
+	Lost    float64 // a write attempt is applied and its response lost
+	Die     float64 // a sandbox dies before a call (consumer, reconciler, failure handler)
+	Partial float64 // an item of a batch call comes back unprocessed
+	Process float64 // the business logic fails a record (half of them after its effect)
+	NoDest  float64 // the mapping's on-failure message is not delivered
+}
+
+type actorKey struct{}
+
+type actor struct {
+	name   string
+	faulty bool // faults apply to its calls
+	mortal bool // it can die
+	dead   bool
+	cancel context.CancelFunc
+	calls  map[string]int // gate calls by site and detail
+	kind   string         // consumer, reconciler, failure, mapping, producer
+}
+
+func withActor(ctx context.Context, a *actor) context.Context {
+	return context.WithValue(ctx, actorKey{}, a)
+}
+
+func actorOf(ctx context.Context) *actor {
+	a, _ := ctx.Value(actorKey{}).(*actor)
+	if a == nil {
+		panic("sim: a model call without an actor")
+	}
+	return a
+}
+
+type waiter struct {
+	key string
+	ch  chan struct{}
+}
+
+// SiteStats counts what happened at one call site (operation and product function).
+type SiteStats struct {
+	Calls, Failed, Lost, Died, Partial int
+}
+
+// Sched is one run's scheduler and fault source.
+type Sched struct {
+	mu       sync.Mutex
+	pending  []*waiter
+	wake     chan struct{}
+	pick     *rand.Rand
+	fr       *rand.Rand
+	faults   Faults
+	chaos    bool
+	ord      int          // faults drawn so far
+	suppress map[int]bool // fault ordinals not applied (shrinking)
+	Log      []string     // the faults applied, in order
+	Sites    map[string]*SiteStats
+	grants   int
+	trace    uint64 // a hash of the grant order, to prove replay
+}
+
+func newSched(seed uint64, f Faults, suppress map[int]bool) *Sched {
+	return &Sched{wake: make(chan struct{}, 1), pick: rand.New(rand.NewPCG(seed, 1)), fr: rand.New(rand.NewPCG(seed, 2)),
+		faults: f, chaos: true, suppress: suppress, Sites: map[string]*SiteStats{}}
+}
+
+func (s *Sched) site(name string) *SiteStats {
+	st := s.Sites[name]
+	if st == nil {
+		st = &SiteStats{}
+		s.Sites[name] = st
+	}
+	return st
+}
+
+// gate blocks until the scheduler lets the call through. A call of a dead actor fails at once;
+// a mortal actor may die here.
+func (s *Sched) gate(ctx context.Context, site, detail string) error {
+	a := actorOf(ctx)
+	s.mu.Lock()
+	if a.dead {
+		s.mu.Unlock()
+		return errDied
+	}
+	// The key names the call by what it is, not by when its goroutine got here: goroutines
+	// woken at one virtual instant reach their gates in any order.
+	if a.calls == nil {
+		a.calls = map[string]int{}
+	}
+	k := site + "|" + detail
+	n := a.calls[k]
+	a.calls[k] = n + 1
+	w := &waiter{key: a.name + "|" + k + "|" + strconv.Itoa(n), ch: make(chan struct{})}
+	s.pending = append(s.pending, w)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	<-w.ch
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.site(site).Calls++
+	if a.mortal && s.chaos && s.drawLocked(s.faults.Die) {
+		if s.apply(fmt.Sprintf("%s dies before %s", a.name, site)) {
+			a.dead = true
+			a.cancel()
+			s.site(site).Died++
+			return errDied
+		}
+	}
+	return ctx.Err()
+}
+
+// kill ends a sandbox now (a crash the record itself causes, not a drawn fault).
+func (s *Sched) kill(a *actor, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a.dead {
+		return
+	}
+	a.dead = true
+	a.cancel()
+	s.Log = append(s.Log, fmt.Sprintf("t=%s %s dies: %s", time.Now().UTC().Format("15:04:05.000"), a.name, why))
+}
+
+// drawLocked draws one number and reports whether it falls under p (always one draw).
+func (s *Sched) drawLocked(p float64) bool {
+	return s.fr.Float64() < p
+}
+
+// apply numbers a drawn fault and reports whether it is applied (not suppressed by shrinking).
+func (s *Sched) apply(what string) bool {
+	s.ord++
+	if s.suppress[s.ord] {
+		return false
+	}
+	s.Log = append(s.Log, fmt.Sprintf("#%d t=%s %s", s.ord, time.Now().UTC().Format("15:04:05.000"), what))
+	return true
+}
+
+type fault int
+
+const (
+	faultNone fault = iota
+	faultFail
+	faultLost
+)
+
+// draw picks the fault of one attempt.
+func (s *Sched) draw(ctx context.Context, site string, write bool) fault {
+	a := actorOf(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.fr.Float64()
+	if !a.faulty || !s.chaos {
+		return faultNone
+	}
+	switch {
+	case x < s.faults.Fail:
+		if s.apply(fmt.Sprintf("%s: %s fails (5xx/throttle)", a.name, site)) {
+			s.site(site).Failed++
+			return faultFail
+		}
+	case write && x < s.faults.Fail+s.faults.Lost:
+		if s.apply(fmt.Sprintf("%s: %s applied, response lost", a.name, site)) {
+			s.site(site).Lost++
+			return faultLost
+		}
+	}
+	return faultNone
+}
+
+// partial reports whether item i of a batch call comes back unprocessed.
+func (s *Sched) partial(ctx context.Context, site string) bool {
+	a := actorOf(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.fr.Float64()
+	if !a.faulty || !s.chaos || x >= s.faults.Partial {
+		return false
+	}
+	if s.apply(fmt.Sprintf("%s: %s item unprocessed", a.name, site)) {
+		s.site(site).Partial++
+		return true
+	}
+	return false
+}
+
+// chance draws a seeded event outside the call path (the business logic, the destination).
+func (s *Sched) chance(p float64, what string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.fr.Float64()
+	return s.chaos && x < p && s.apply(what)
+}
+
+// calm ends the chaos: no more faults or deaths.
+func (s *Sched) calm() {
+	s.mu.Lock()
+	s.chaos = false
+	s.mu.Unlock()
+}
+
+// loop grants waiting calls until stop reports true at a moment nothing is waiting. It must
+// run in the bubble's root goroutine.
+func (s *Sched) loop(stop func() bool) {
+	const tick = time.Second
+	for {
+		synctest.Wait()
+		s.mu.Lock()
+		if n := len(s.pending); n > 0 {
+			sort.Slice(s.pending, func(i, j int) bool { return s.pending[i].key < s.pending[j].key })
+			i := s.pick.IntN(n)
+			w := s.pending[i]
+			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			s.grants++
+			for _, c := range w.key {
+				s.trace = s.trace*1099511628211 + uint64(c)
+			}
+			s.mu.Unlock()
+			close(w.ch)
+			continue
+		}
+		s.mu.Unlock()
+		if stop() {
+			return
+		}
+		select {
+		case <-s.wake:
+		case <-time.After(tick):
+		}
+	}
+}
+
+// call makes one SDK call through the fault layer: each attempt waits at the gate and may fail
+// before it is applied or be applied with its response lost; like the SDK's retryer, a failed
+// attempt is retried (after a backoff) up to sdkAttempts, and the caller sees the last error.
+func call[T any](ctx context.Context, s *Sched, op, detail string, write bool, f func() (T, error)) (T, error) {
+	site := op + " " + callerSite()
+	var zero T
+	var last error
+	for attempt := range sdkAttempts {
+		if attempt > 0 {
+			time.Sleep(time.Duration(25<<attempt) * time.Millisecond)
+		}
+		if err := s.gate(ctx, site, detail); err != nil {
+			return zero, err
+		}
+		switch s.draw(ctx, site, write) {
+		case faultNone:
+			return f()
+		case faultFail:
+			last = &smithy.OperationError{ServiceID: strings.Fields(op)[0], OperationName: op,
+				Err: &smithy.GenericAPIError{Code: "InternalServerError", Message: "sim: injected 5xx", Fault: smithy.FaultServer}}
+		case faultLost:
+			_, _ = f()
+			last = &smithy.OperationError{ServiceID: strings.Fields(op)[0], OperationName: op, Err: errResponseLost}
+		}
+	}
+	return zero, last
+}
+
+var siteCache sync.Map // pc -> site name
+
+// callerSite names the first product function on the stack (outside this package and the SDK
+// adapters), e.g. "dedupe.(*Ledger).Mark".
+func callerSite() string {
+	var pcs [12]uintptr
+	n := runtime.Callers(3, pcs[:])
+	for _, pc := range pcs[:n] {
+		if v, ok := siteCache.Load(pc); ok {
+			if v.(string) == "" {
+				continue
+			}
+			return v.(string)
+		}
+		name := ""
+		if fn := runtime.FuncForPC(pc - 1); fn != nil {
+			full := fn.Name()
+			if strings.HasPrefix(full, "github.com/gapless-dev/gapless/") && !strings.Contains(full, "/internal/local/") {
+				name = full[strings.LastIndex(full, "/")+1:]
+			}
+		}
+		siteCache.Store(pc, name)
+		if name != "" {
+			return name
+		}
+	}
+	return "?"
+}
