@@ -128,11 +128,13 @@ func rows(res *Result) [][]string {
 				return fmt.Sprintf("%d / %d", r.ReconcilerReplayed, r.ReconcilerParked)
 			}, g)),
 			row("  replays past the checkpoint (tail)", only(num(func(r *VariantResult) int { return r.Reconciler.TailReplayed }), g)),
-			row("forged parked messages: sent / refused / applied", only(func(r *VariantResult) string {
-				return r.ForgedParked.cell()
-			}, g)),
 			row("DynamoDB requests per batch", only(func(r *VariantResult) string { return fmt.Sprintf("%.2f", r.DDB.RequestsPerBatch) }, g)),
 			row("DynamoDB write units per record", only(func(r *VariantResult) string { return fmt.Sprintf("%.3f", r.DDB.WCUPerRecord) }, g)))
+	}
+	if res.ForgedParked != nil { // only when the fault ran
+		out = append(out, row("forged parked messages: sent / refused / applied", only(func(r *VariantResult) string {
+			return r.ForgedParked.cell()
+		}, g)))
 	}
 	out = append(out,
 		same("invocations", func(r *VariantResult) int { return r.Mapping.Invocations }),
