@@ -49,7 +49,7 @@ workload:
 		printFlags(fs, "max-record-attempts", "settle", "reconcile-every")
 		fmt.Fprint(fs.Output(), "\nfaults (probabilities per record attempt or per request; poison, crash and hang: per record):\n")
 		printFlags(fs, "transient", "panic", "slow", "slow-for", "poison", "crash", "hang", "hang-for", "ddb-throttle", "ddb-error", "ddb-drop",
-			"sqs-throttle", "sqs-error", "sqs-drop", "dest-fail", "split", "kill-reconciler", "race", "expire", "retention", "no-faults")
+			"sqs-throttle", "sqs-error", "sqs-drop", "dest-fail", "split", "kill-reconciler", "race", "forge-parked", "expire", "retention", "no-faults")
 		fmt.Fprint(fs.Output(), "\nrun:\n")
 		printFlags(fs, "json", "variants", "baseline", "runtime", "timeout", "reports", "full-report", "backend", "reuse-stack")
 	}
@@ -90,6 +90,7 @@ workload:
 	fs.BoolVar(&f.Split, "split", f.Split, "split a shard when half the records are produced")
 	fs.BoolVar(&f.KillReconciler, "kill-reconciler", f.KillReconciler, "kill the reconciler in the middle of its first replay")
 	fs.BoolVar(&f.Race, "race", f.Race, "a second mapping (same function config and group) racing on the stream")
+	fs.IntVar(&f.ForgeParked, "forge-parked", f.ForgeParked, "forged parked messages (real and made-up record ids, a foreign payload object) sent to gapless's parked queue at the end of its run, then redriven: each must be refused")
 	fs.BoolVar(&f.Expire, "expire", false, "hold one shard's consumer back past a short stream retention (--retention): its oldest records expire unread")
 	fs.DurationVar(&cfg.Retention, "retention", 0, "the stream's retention period under --expire (0: 30s)")
 	fs.BoolVar(&cli.noFaults, "no-faults", false, "turn every fault off but --expire (overrides the other fault flags)")

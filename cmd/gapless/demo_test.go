@@ -135,6 +135,10 @@ func TestDemoJSON(t *testing.T) {
 	if obj["produced"] != float64(150) || obj["lost"] != float64(0) || obj["lost_esm_only"] != nil {
 		t.Errorf("produced %v, lost %v, lost_esm_only %v", obj["produced"], obj["lost"], obj["lost_esm_only"])
 	}
+	// The default faults forge parked messages: every one refused, none applied.
+	if fp, _ := obj["forged_parked"].(map[string]any); fp == nil || fp["sent"] != float64(5) || fp["refused"] != float64(5) || fp["applied"] != float64(0) {
+		t.Errorf("forged_parked %v: want 5 sent, 5 refused, 0 applied", obj["forged_parked"])
+	}
 	if p, _ := obj["parked"].(float64); p < 1 {
 		t.Errorf("parked %v: the poison records were not parked", obj["parked"])
 	}

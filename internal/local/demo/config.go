@@ -67,6 +67,10 @@ type Faults struct {
 	Split          bool `json:"split"`           // split a shard when half the records are produced
 	KillReconciler bool `json:"kill_reconciler"` // kill the reconciler in the middle of its first replay
 	Race           bool `json:"race"`            // a second mapping, same function config and group, racing on one shard
+	// ForgeParked sends this many forged parked messages to the parked queue at the end of the
+	// gapless run (see forge.go) and redrives them through the reconciler function's redrive
+	// command: every one must be refused, counted and left in the queue, none applied.
+	ForgeParked int `json:"forge_parked"`
 	// Expire gives the stream a short retention (internal/local/retention in front of kinesis-local,
 	// Config.Retention) and holds one shard's consumer back past it: its oldest records expire
 	// before any invocation. Not in DefaultFaults: it loses records by design.
@@ -79,7 +83,7 @@ func DefaultFaults() Faults {
 		Transient: 0.03, Panic: 0.005, Slow: 0.002, Poison: 0.002, Crash: 0.001, Hang: 0.001,
 		DDBThrottle: 0.02, DDBError: 0.01, DDBDrop: 0.01,
 		SQSThrottle: 0.02, SQSError: 0.01, SQSDrop: 0.01, DestFail: 0.5,
-		Split: true, KillReconciler: true, Race: true,
+		Split: true, KillReconciler: true, Race: true, ForgeParked: 5,
 	}
 }
 
@@ -259,6 +263,8 @@ func (c Config) Validate() error {
 		return bad("reconcile schedule %s must be positive", c.ReconcileEvery)
 	case f.Transient+f.Panic+f.Slow > 1:
 		return bad("transient+panic+slow exceeds 1")
+	case f.ForgeParked < 0 || f.ForgeParked > 100:
+		return bad("forge-parked %d outside 0..100", f.ForgeParked)
 	case f.Crash+f.Hang > 1:
 		return bad("crash+hang exceeds 1")
 	}

@@ -103,6 +103,9 @@ type Result struct {
 	// FullReport: the report directory keeps everything (see Config.FullReport).
 	FullReport bool `json:"full_report"`
 
+	// ForgedParked is the forged-parked fault's outcome (nil when it did not run).
+	ForgedParked *ForgedParked `json:"forged_parked,omitempty"`
+
 	Gapless           *VariantResult `json:"gapless"`
 	Baseline          *VariantResult `json:"mapping_alone,omitempty"`
 	CheckpointDecides *VariantResult `json:"checkpoint_decides,omitempty"`
@@ -117,6 +120,7 @@ func (r *Result) OK() bool {
 		return !slices.Contains(r.Variants, VariantGapless)
 	}
 	return r.Lost == 0 && r.Verified && r.Gapless.ParkedBadPayload == 0 && r.Gapless.FilteredProcessed == 0 &&
+		r.ForgedParked.OK() && // no forged parked message applied, each refused, counted and left
 		// a record lost to retention must have raised gapless's alarm (a counted span)
 		(r.Gapless.LostToRetention == 0 || r.Gapless.Reconciler.LostToRetention > 0)
 }
@@ -162,8 +166,10 @@ type VariantResult struct {
 	ParkedBadPayload   int `json:"parked_bad_payload"`
 	// ParkedIDs are the ids of the records counted in Parked.
 	ParkedIDs []string `json:"parked_ids,omitempty"`
-	Lost      int      `json:"lost"`
-	LostIDs   []string `json:"lost_ids,omitempty"`
+	// ForgedParked (gapless): the forged-parked fault's outcome; nil when it did not run.
+	ForgedParked *ForgedParked `json:"forged_parked,omitempty"`
+	Lost         int           `json:"lost"`
+	LostIDs      []string      `json:"lost_ids,omitempty"`
 	// Pending (gapless): records neither delivered nor parked that are not known lost: the
 	// run was cut short (its budget ended, or not every shard was verified), or they lie past
 	// the checkpoint mirror, where the reconciler has not verified yet. PendingWhere counts
@@ -470,6 +476,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 			res.Filtered, res.FilteredProcessed = vr.Filtered, vr.FilteredProcessed
 			res.DDBRequestsPerBatch, res.DDBWCUPerRecord = vr.DDB.RequestsPerBatch, vr.DDB.WCUPerRecord
 			res.Verified, res.Pending, res.Incomplete = vr.Verified, vr.Pending, vr.Incomplete
+			res.ForgedParked = vr.ForgedParked
 		}
 	}
 	res.Seconds = time.Since(started).Seconds()

@@ -27,6 +27,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
+	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/process"
 )
 
@@ -51,6 +52,9 @@ type functions interface {
 	// replaySending is told by the reconciler's SQS proxy that the reconciler is forwarding or
 	// parking a record: a replay is in progress.
 	replaySending()
+	// command sends the reconciler function an operator command event (reconcile.Command) and
+	// returns its answer; errNoCommands when these functions have none.
+	command(ctx context.Context, payload []byte) ([]byte, error)
 	close()
 }
 
@@ -92,8 +96,10 @@ type inProcess struct {
 	// invokeRace is the racing mapping's consumer: the same handler over its own SQS client.
 	invokeRace func(ctx context.Context, payload []byte) ([]byte, error)
 	rec        *reconcile.Handler
-	chaos      *chaos.Chaos
-	kills      *killSwitch
+	// cmd runs an operator command (nil: none).
+	cmd   func(ctx context.Context, payload []byte) ([]byte, error)
+	chaos *chaos.Chaos
+	kills *killSwitch
 	// stats are the baseline handler's counts (mapping alone, checkpoint decides).
 	stats *baseline.Stats
 }
@@ -108,8 +114,17 @@ func (p *inProcess) lanes(m int) func(string, int) (esm.Invoker, error) {
 	return func(string, int) (esm.Invoker, error) { return invokerFunc(inv), nil }
 }
 func (p *inProcess) shardFinished(int, string) {}
-func (p *inProcess) chaosStats() chaos.Stats   { return p.chaos.Stats() }
-func (p *inProcess) close()                    {}
+
+// command runs an operator command through the in-process reconciler handler, built with
+// operator commands as the reconciler's main builds it (p.cmd); errNoCommands without.
+func (p *inProcess) command(ctx context.Context, payload []byte) ([]byte, error) {
+	if p.cmd == nil {
+		return nil, errNoCommands
+	}
+	return runInvocation(lambdaContext(ctx), func(ctx context.Context) ([]byte, error) { return p.cmd(ctx, payload) })
+}
+func (p *inProcess) chaosStats() chaos.Stats { return p.chaos.Stats() }
+func (p *inProcess) close()                  {}
 
 // replaySending is a no-op: in process, killingProcess kills from inside the pipeline.
 func (p *inProcess) replaySending() {}
@@ -369,7 +384,26 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	recOpts := []reconcile.HandlerOption{reconcile.WithRelease(rc.sqs)}
+	// Operator commands, as the reconciler's main wires them: a redrive session runs over a
+	// fresh RedriveLedger with this Process, this parked queue and payload bucket, and the holds.
+	newRedriver := func(ctx context.Context, cfg reconcile.RedriveConfig, progress func(reconcile.RedriveEvent)) (*reconcile.Redriver, error) {
+		c := newClients(env.awsCfg, env.kinesisURL, env.reconcilerDDB, env.reconcilerSQS, false)
+		ledger := pipeline.DedupeLedger{L: dedupe.New(c.ddb, env.ledgerTable)}
+		p, err := pipeline.New(reconcile.NewRedriveLedger(ledger), pipeline.CheckpointStore{S: checkpoint.New(c.ddb, env.checkpointTable)},
+			park.New(c.sqs, env.parkedURL), ch.Wrap(process.New(c.sqs, env.targetURL)),
+			pipeline.Config{MaxRecordAttempts: env.maxRecordAttempts, MaxConcurrency: config.DefaultMaxConcurrency, DeadlineMargin: 2 * time.Second},
+			pipeline.WithLogger(env.log), pipeline.WithClaimer(ledger),
+			pipeline.WithBatchSink(ch.WrapSink(process.NewBatch(c.sqs, env.targetURL)), process.MaxBatchEntries))
+		if err != nil {
+			return nil, err
+		}
+		cfg.MaxRecordAttempts = env.maxRecordAttempts
+		return reconcile.NewRedriver(c.sqs, env.parkedURL, c.kin, p, cfg,
+			reconcile.WithRedriveHolds(dedupe.NewHolds(c.ddb, env.ledgerTable)), reconcile.WithRedriveLogger(env.log),
+			reconcile.WithRedrivePayloads(c.s3(env.s3URL)), reconcile.WithRedrivePayloadBucket(schema.PayloadBucket),
+			reconcile.WithRedriveProgress(progress))
+	}
+	recOpts := []reconcile.HandlerOption{reconcile.WithRelease(rc.sqs), reconcile.WithCommands(newRedriver, config.OnParkContinue)}
 	if env.failureBucket != "" {
 		recOpts = append(recOpts, reconcile.WithFailureBucket(rc.s3(env.s3URL), env.failureBucket))
 	}
@@ -382,12 +416,20 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 			return json.Marshal(resp)
 		}
 	}
+	rh := reconcile.NewHandler(r, nil, env.log, recOpts...) // as functions/reconciler wires it: untried failure-queue messages go back
 	return &inProcess{
 		invoke:     handle(h),
 		invokeRace: handle(hRace),
-		rec:        reconcile.NewHandler(r, nil, env.log, recOpts...), // as functions/reconciler wires it: untried failure-queue messages go back
-		chaos:      ch,
-		kills:      ks,
+		rec:        rh,
+		cmd: func(ctx context.Context, payload []byte) ([]byte, error) {
+			out, err := rh.Handle(ctx, payload)
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(out)
+		},
+		chaos: ch,
+		kills: ks,
 	}, nil
 }
 

@@ -131,6 +131,11 @@ func rows(res *Result) [][]string {
 			row("DynamoDB requests per batch", only(func(r *VariantResult) string { return fmt.Sprintf("%.2f", r.DDB.RequestsPerBatch) }, g)),
 			row("DynamoDB write units per record", only(func(r *VariantResult) string { return fmt.Sprintf("%.3f", r.DDB.WCUPerRecord) }, g)))
 	}
+	if res.ForgedParked != nil { // only when the fault ran
+		out = append(out, row("forged parked messages: sent / refused / applied", only(func(r *VariantResult) string {
+			return r.ForgedParked.cell()
+		}, g)))
+	}
 	out = append(out,
 		same("invocations", func(r *VariantResult) int { return r.Mapping.Invocations }),
 		row("seconds", func(r *VariantResult) string { return fmt.Sprintf("%.0f", r.Seconds) }),
@@ -183,6 +188,9 @@ func Table(res *Result) string {
 	if z := zeroCauses(res); len(z) > 0 {
 		fmt.Fprintf(&b, "  (0 everywhere: %s)\n", strings.Join(z, ", "))
 	}
+	if f := res.ForgedParked; f != nil {
+		fmt.Fprintf(&b, "\nforged parked messages: %s\n", f.Line())
+	}
 	fmt.Fprintf(&b, "\nreport: %s\n", filepath.Join(res.ReportDir, "report.md"))
 	return b.String()
 }
@@ -205,6 +213,8 @@ func Markdown(res *Result) string {
 			verdict += fmt.Sprintf("%d records lost", res.Lost)
 		case !res.Verified:
 			verdict += "the reconciler had not verified every shard when the run ended"
+		case !res.ForgedParked.OK():
+			verdict += "the forged parked messages were not all refused: " + res.ForgedParked.Line()
 		default:
 			verdict += "a parked message does not carry its record's payload"
 		}
@@ -219,6 +229,9 @@ func Markdown(res *Result) string {
 		fmt.Fprintf(&b, "Soak: production spread over %s.\n\n", s.Duration)
 	}
 	mdRows(&b, header(res), rows(res))
+	if f := res.ForgedParked; f != nil {
+		fmt.Fprintf(&b, "\nForged parked messages (--forge-parked): %s.\n", f.Line())
+	}
 	b.WriteString("\n*lost* = produced − delivered (unique ids at the target queue) − parked (records not delivered whose " +
 		"exact payload is in the parked queue). The mapping alone loses what it gives up (retries exhausted: its " +
 		"on-failure destination gets metadata only) and every poison record. Checkpoint decides (the seed report's " +

@@ -398,6 +398,18 @@ func (r *rieFunctions) schedule(ctx context.Context, kill bool) (reconcile.Summa
 	return sum, false, nil
 }
 
+// command invokes a reconciler instance of its own with an operator command, as gapless
+// redrive invokes the local reconciler under the emulator.
+func (r *rieFunctions) command(ctx context.Context, payload []byte) ([]byte, error) {
+	var slot *rie.Instance
+	inst, err := r.reconciler(&slot, false)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = inst.Close() }()
+	return inst.Invoke(ctx, payload)
+}
+
 func (r *rieFunctions) failures(ctx context.Context, ev events.SQSEvent, kill bool) (events.SQSEventResponse, bool, error) {
 	inst, err := r.reconciler(&r.fail, kill)
 	if err != nil {

@@ -429,9 +429,14 @@ wait:
 	v.sample(context.WithoutCancel(ctx), start)
 	v.e.progress.phase(v.name, "draining the target and parked queues")
 	endDrains()
+	// The operator's redrive after forged parked messages arrived; the records' accounting is
+	// already done (the redrive's deliveries are not counted), and its time is not the run's.
+	took := time.Since(start)
+	forged := v.forgeParked(context.WithoutCancel(ctx))
 	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	res := v.result(final, time.Since(start), timedOut)
+	res := v.result(final, took, timedOut)
+	res.ForgedParked = forged
 	v.e.progress.done(v.name, res)
 	return res, nil
 }
