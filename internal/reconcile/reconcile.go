@@ -663,14 +663,26 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	// emptyBase is the watermark every page read since it held no record after (valid while
 	// emptyOK): the base of the progress kept through empty pages.
 	emptyBase, emptyOK := start, true
+	// evidence: with the watermark at or past the checkpoint and its position refused, the
+	// first record after it the ledger shows seen and not done (tailEvidence).
+	var evidence string
 	if lost != nil && start != "" && upper != "" && seqnum.Compare(start, upper) >= 0 {
-		// Only a look for a tail (the watermark is at or past the checkpoint): on an idle shard
-		// Kinesis may refuse a watermark whose own record expired although nothing after it
-		// did, and this look happens every pass, so the refusal proves no loss here (a tail is
-		// verified long before retention, see TailAgeCap). Read from the trim horizon instead.
+		// Only a look for a tail (the watermark is at or past the checkpoint): the refusal alone
+		// proves no loss (an idle shard's watermark record may expire with nothing after it),
+		// the ledger's evidence of a seen, unfinished record after the watermark does. Read from
+		// the trim horizon; the span stays lost only if the first record held is past that one.
+		if evidence, err = r.tailEvidence(ctx, shard, start); err != nil {
+			if ctx.Err() != nil {
+				rep.Deferred = true
+				return rep, nil
+			}
+			return rep, err
+		}
 		r.log.InfoContext(ctx, "the verified watermark's position is refused; looking for a tail from the trim horizon",
-			"group", r.cfg.Group, "shard_id", sh.id, "sequence_number", start)
-		lost = nil
+			"group", r.cfg.Group, "shard_id", sh.id, "sequence_number", start, "first_unfinished_after", evidence)
+		if evidence == "" {
+			lost = nil
+		}
 	}
 	now := r.now()
 	b := bounds{upper: upper, open: !closed, settled: now.Add(-r.cfg.SettleAfter), tail: now.Add(-TailAfter(r.cfg.MaxRecordAge, r.cfg.SettleAfter))}
@@ -700,6 +712,9 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 		recs = after(recs, start) // from the trim horizon after a refusal: the watermark covers these
 		if lost != nil && lost.to == "" && len(recs) > 0 {
 			lost.to, lost.toArrival = aws.ToString(recs[0].SequenceNumber), aws.ToTime(recs[0].ApproximateArrivalTimestamp)
+			if evidence != "" && seqnum.Compare(evidence, lost.to) >= 0 {
+				lost = nil // the unfinished record is still held: it is verified, nothing expired unseen
+			}
 		}
 		page, stop := b.cut(recs, &rep)
 		page, stop = r.seenTail(ctx, shard, b, recs, page, stop)
