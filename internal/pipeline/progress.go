@@ -94,3 +94,81 @@ func (p *Pipeline) confirmEnded(ctx context.Context, b *Batch, view View, mine M
 	}
 	return v2
 }
+
+// DefaultHeldWait bounds waitHeld's wait (at most half of the run's time left in any case): a
+// marker's default lease, after which an earlier invocation that stopped renewing reads dead.
+const DefaultHeldWait = 10 * time.Second
+
+// WithHeldWait sets the bound on the wait for records held by an earlier invocation's live
+// marker (default DefaultHeldWait; 0: report them failed at once, as before the wait).
+func WithHeldWait(d time.Duration) Option { return func(p *Pipeline) { p.heldWait = d } }
+
+// heldPoll is the first pause of waitHeld between two lookups; it doubles up to a second.
+const heldPoll = 200 * time.Millisecond
+
+// waitHeld looks the range up again, after a pause, while a record of b is held by the live
+// marker of an earlier invocation (plan: planHeld), for at most WithHeldWait's bound and half of
+// the time the run has left (and never into twice the deadline margin). It returns the last view it read (view
+// itself when nothing is held, there is no deadline, or a lookup fails).
+//
+// Why: a held record is reported failed, not started, and the mapping retries a partial failure
+// at once (well under a second); an earlier invocation that holds the record (a second mapping
+// on the same stream and group running a batch of other bounds, which the lane rule cannot
+// take for dead) runs for seconds, so the held batch spent its MaximumRetryAttempts while the
+// record was being processed, and the mapping gave the batch up to the slow path. Waited for
+// here, the record is usually done when the earlier invocation's entry lands (and skipped), or
+// its marker reads dead and the record runs. Lookups only, on this path only: a batch nothing
+// holds adds no round trip. Waiting cannot deadlock: a run waits only for markers that started
+// before its own, and those never wait for it.
+func (p *Pipeline) waitHeld(ctx context.Context, b *Batch, view View, mine Marker, first, last string) View {
+	if p.heldWait <= 0 || !p.holdsAny(b, view, mine) {
+		return view
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return view
+	}
+	left := time.Until(dl)
+	until := time.Now().Add(min(p.heldWait, left/2, left-2*p.cfg.DeadlineMargin))
+	pause := heldPoll
+	for time.Now().Add(pause).Before(until) {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return view
+		case <-t.C:
+		}
+		v2, err := p.ledger.Lookup(ctx, b.Shard, first, last)
+		if err != nil {
+			return view
+		}
+		view = v2
+		if !p.holdsAny(b, view, mine) {
+			return view
+		}
+		pause = min(2*pause, time.Second)
+	}
+	return view
+}
+
+// holdsAny reports whether the plan of b against view holds a record (planHeld). The plan is
+// computed only when a live, uncompleted marker that started before mine is in view.
+func (p *Pipeline) holdsAny(b *Batch, view View, mine Marker) bool {
+	mv, ok := view.(MarkerView)
+	if !ok {
+		return false
+	}
+	now := p.now()
+	live := false
+	for _, m := range mv.Markers() {
+		if m.Nonce != mine.Nonce && !m.Completed && now.Before(m.Deadline.Add(DeadGrace)) && earlier(m.Marker, mine) && !laneEnded(m, mine, b) {
+			live = true
+			break
+		}
+	}
+	if !live {
+		return false
+	}
+	return slices.Contains(p.plan(b, view, mine).kinds, planHeld)
+}
