@@ -115,7 +115,7 @@ sim:
 	else \
 		base=$$(date +%s%N); rc=0; pids=""; \
 		for i in $$(seq 0 $$(($(SIM_PROCS)-1))); do \
-			$(BIN)/sim.test -test.run '^TestSim$$' -test.v -test.timeout 0 -sim.base=$$base -sim.stride=$(SIM_PROCS) -sim.offset=$$i \
+			$(BIN)/sim.test -test.run '^TestSim$$' -test.v -test.timeout 0 -sim.open= -sim.base=$$base -sim.stride=$(SIM_PROCS) -sim.offset=$$i \
 				-sim.duration=$(DURATION) -sim.mutation=$(MUTATION) $(SIM_FLAGS) > .local/sim.$$i.log 2>&1 & pids="$$pids $$!"; \
 		done; \
 		tail -q -f --pid=$$(echo $$pids | awk '{print $$NF}') .local/sim.*.log 2>/dev/null | grep --line-buffered '^sim\[' & \

@@ -14,7 +14,7 @@ import (
 
 // The expression subset gapless writes: condition and filter expressions built from
 // comparisons (=, <>, <, <=, >, >=), BETWEEN, AND, OR, NOT, parentheses, attribute_exists,
-// attribute_not_exists and begins_with; update expressions with SET (operand, operand + operand,
+// attribute_not_exists, begins_with and contains; update expressions with SET (operand, operand + operand,
 // operand - operand, if_not_exists, list_append), ADD (numbers and sets) and REMOVE. Paths are
 // top-level attribute names (#name or a bare name). Semantics follow the DynamoDB developer
 // guide, "Comparison operator and function reference": a comparison with a missing operand or
@@ -327,6 +327,26 @@ func (e *exprCtx) primary() (bool, error) {
 				has = !has
 			}
 			return has, e.expect(")")
+		case "contains":
+			// contains(path, operand): a substring of a string, a member of a string set, or
+			// an element of a list (DynamoDB Developer Guide, "Condition and filter
+			// expressions", Functions: contains). An absent attribute contains nothing.
+			e.pos++
+			if err := e.expect("("); err != nil {
+				return false, err
+			}
+			a, err := e.operand()
+			if err != nil {
+				return false, err
+			}
+			if err := e.expect(","); err != nil {
+				return false, err
+			}
+			b, err := e.operand()
+			if err != nil {
+				return false, err
+			}
+			return contains(a, b), e.expect(")")
 		case "begins_with":
 			e.pos++
 			if err := e.expect("("); err != nil {
@@ -535,4 +555,24 @@ func clone(item map[string]types.AttributeValue) map[string]types.AttributeValue
 		out[k] = v
 	}
 	return out
+}
+
+// contains is DynamoDB's contains(a, b) for the types gapless stores: a string holding b, a string
+// set with the member b, a list with an element equal to b.
+func contains(a, b types.AttributeValue) bool {
+	switch x := a.(type) {
+	case *types.AttributeValueMemberS:
+		y, ok := b.(*types.AttributeValueMemberS)
+		return ok && strings.Contains(x.Value, y.Value)
+	case *types.AttributeValueMemberSS:
+		y, ok := b.(*types.AttributeValueMemberS)
+		return ok && slices.Contains(x.Value, y.Value)
+	case *types.AttributeValueMemberL:
+		for _, v := range x.Value {
+			if c, ok := compare(v, b); ok && c == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -494,7 +494,7 @@ func (w *world) check() Result {
 	all := w.kin.AllRecords()
 	for _, shardID := range sortedKeys(all) {
 		st := states[shardID]
-		trimmedUnseen := 0
+		trimmedUnseen, acrossHorizon := 0, false
 		var unseen []string
 		for _, r := range all[shardID] {
 			id := recKey(shardID, r.seq)
@@ -526,6 +526,7 @@ func (w *world) check() Result {
 				res.Counts["parked"]++
 			case w.kin.Trimmed(shardID, r.seq):
 				trimmedUnseen++
+				acrossHorizon = acrossHorizon || verified
 				res.Counts["trimmed unseen"]++
 				unseen = append(unseen, fmt.Sprintf("%s (arrived %s, verified %v)", r.seq, r.arrival.Format("15:04:05.000"), verified))
 			case verified:
@@ -540,7 +541,14 @@ func (w *world) check() Result {
 		// not records: a shard with records trimmed unseen must have a span counted; a span
 		// counted on a shard where every trimmed record was processed or parked is a false
 		// alarm (the reconciler fell behind the trim horizon, not the consumer).
-		if st.LostToRetention == 0 && trimmedUnseen > 0 {
+		switch {
+		case st.LostToRetention == 0 && trimmedUnseen > 0 && acrossHorizon:
+			// The watermark moved past a record that was trimmed before anyone saw it: the
+			// reconciler walked across the trim horizon (an iterator taken before the trim,
+			// read after it) without noticing.
+			bad("verified across the trim horizon: %s has %d records trimmed unseen, at least one behind the watermark, and LostToRetention 0 (watermark %q, checkpoint %q, closed %v): %v",
+				shardID, trimmedUnseen, st.Watermark, st.Checkpoint, st.Closed, unseen)
+		case st.LostToRetention == 0 && trimmedUnseen > 0:
 			bad("loss not counted: %s has %d records trimmed unseen and LostToRetention 0 (watermark %q, checkpoint %q, closed %v): %v",
 				shardID, trimmedUnseen, st.Watermark, st.Checkpoint, st.Closed, unseen)
 		}
