@@ -124,9 +124,8 @@ func ExampleRecord_ID() {
 }
 
 // A batch Process gets waves of records, at most one per partition key, and answers one outcome
-// per record: here one request writes the whole wave, and a record the sink refuses is tried
-// again alone in the same invocation, then parked with its payload after MAX_RECORD_ATTEMPTS, and
-// its key goes on.
+// per record: here one request writes the whole wave, and a record the sink refuses is
+// redelivered (and parked after MAX_RECORD_ATTEMPTS) like a failing ProcessFunc's.
 func ExampleWithBatchProcess() {
 	st := newStack()
 	write := func(ctx context.Context, recs []gapless.Record) []error {
@@ -152,9 +151,10 @@ func ExampleWithBatchProcess() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("failed back to the mapping:", len(resp.BatchItemFailures))
+	for _, f := range resp.BatchItemFailures {
+		fmt.Println("redeliver from order-2:", f.ItemIdentifier == ev.Records[1].Kinesis.SequenceNumber)
+	}
 	// Output:
 	// wave of 1: wrote order-1
-	// wave of 1: wrote order-3
-	// failed back to the mapping: 0
+	// redeliver from order-2: true
 }
