@@ -352,9 +352,7 @@ func TestRacingInvocations(t *testing.T) {
 	}
 	c := cfg()
 	c.MaxConcurrency = 1
-	// No wait for held records: B must report them held at once (the injected clock does not
-	// move while B would wait).
-	p := e.pipeline(t, process, c, pipeline.WithClock(now), pipeline.WithHeldWait(0))
+	p := e.pipeline(t, process, c, pipeline.WithClock(now))
 	b := batch(6, oneKey)
 
 	ctxA, cancelA := context.WithDeadline(context.Background(), now().Add(time.Minute))

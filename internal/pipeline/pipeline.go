@@ -298,8 +298,7 @@ type Pipeline struct {
 	lease      time.Duration
 	// endedConfirm: the wait before the lane rule takes a lease-live marker for dead (progress.go).
 	endedConfirm time.Duration
-	heldWait     time.Duration // the bound on the wait for held records (progress.go)
-	holder       Holder        // ON_PARK=hold-key (hold.go); nil: continue
+	holder       Holder // ON_PARK=hold-key (hold.go); nil: continue
 }
 
 // Option configures a Pipeline.
@@ -326,7 +325,7 @@ func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process Proces
 	}
 	p := &Pipeline{
 		ledger: ledger, checkpoint: checkpointer, parker: parker, process: process, cfg: cfg,
-		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease, endedConfirm: DefaultEndedConfirm, heldWait: DefaultHeldWait,
+		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease, endedConfirm: DefaultEndedConfirm,
 	}
 	for _, o := range opts {
 		o(p)
@@ -492,7 +491,6 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 		return res, fmt.Errorf("%w: lookup %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
 	}
 	view = p.confirmEnded(ctx, &b, view, mine, first, last) // progress.go
-	view = p.waitHeld(ctx, &b, view, mine, first, last)     // progress.go
 
 	heads, err := holds.wait(ctx, &b, view, &res)
 	if err != nil {
