@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
@@ -273,15 +272,10 @@ func (r *batchRun) sendWave(ctx, procCtx context.Context, ks []int, head []int) 
 		outs[j] = outcome{attempted: true, err: err, attempts: r.plan.attempts(r.view, i, r.b.Records[i].ID) + 1}
 		failed = append(failed, j)
 	}
-	// Failed attempts: tried again alone while attempts and time remain (retry), then logged and
-	// parked at the maximum (an SQS call each, so concurrently).
+	// Failed attempts: logged, parked at the maximum (an SQS call each, so concurrently).
 	r.each(len(failed), func(f int) {
 		j := failed[f]
-		rec := &r.b.Records[idx[j]]
-		if r.retry(ctx, procCtx, rec, &outs[j]) {
-			return
-		}
-		r.finishFailed(ctx, rec, &outs[j])
+		r.finishFailed(ctx, &r.b.Records[idx[j]], &outs[j])
 	})
 	for j, i := range idx {
 		if !r.hand(i, outs[j]) {
@@ -289,57 +283,6 @@ func (r *batchRun) sendWave(ctx, procCtx context.Context, ks []int, head []int) 
 		}
 	}
 	return true
-}
-
-// retryPause is the pause before the first retry of a failed record inside the invocation;
-// it doubles for each further one (a throttled or failing downstream gets a moment).
-const retryPause = 20 * time.Millisecond
-
-// retry sends a record whose sink entry just failed (o, attempted) again, alone, until it
-// succeeds, its attempts reach MaxRecordAttempts, the deadline is near or Run abandons the batch.
-// True when a retry processed it (o is then statusProcessed with retried set).
-//
-// Why: a failed record fails its batch back to the mapping, and every such batch spends one of
-// the mapping's MaximumRetryAttempts on a failure a moment would have cured; a killer in the same
-// batch needs those retries to be isolated (the bisection and the deaths that park it), so the
-// mapping gave up on whole batches of innocent records. Tried here, a transient failure costs one
-// sink request instead of an invocation, and a record that always fails is parked by the
-// invocation that met it, freeing its key at once. Alone, as for retried: a failure that was
-// its wave's (a panic, ErrSinkOutcomes) is not charged again to the records it shared it with.
-//
-// Counting: o.attempts rises with each failure, so the park decision sees every one; the ledger
-// counts the invocation's failures of the record as one failed attempt (Entry.Failed lists an id
-// once per entry), also when a retry processed it. A record is therefore sent at most
-// MaxRecordAttempts times by one invocation; a record cut short by the deadline before its
-// attempts are used up is counted one attempt for the tries it had.
-func (r *batchRun) retry(ctx, procCtx context.Context, rec *Record, o *outcome) bool {
-	pause := retryPause
-	for o.attempts < r.p.cfg.MaxRecordAttempts {
-		if r.isAbandoned() || procCtx.Err() != nil || r.deadlineNear(ctx) {
-			return false
-		}
-		r.p.recordLogger(r.log, rec).WarnContext(ctx, "record failed: trying it again alone inside the invocation",
-			"attempts", o.attempts, "max_attempts", r.p.cfg.MaxRecordAttempts, "error", o.err.Error())
-		t := time.NewTimer(pause)
-		select {
-		case <-procCtx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-		pause *= 2
-		if r.deadlineNear(ctx) {
-			return false
-		}
-		err := r.p.callBatch(procCtx, r.log, []Record{*rec})[0]
-		if err == nil {
-			*o = outcome{status: statusProcessed, retried: true}
-			return true
-		}
-		o.attempts++
-		o.err = err
-	}
-	return false
 }
 
 // callBatch calls the sink, turning a panic or a wrong number of outcomes into the failure of

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,25 +121,23 @@ func TestBatchSinkOrderPerKey(t *testing.T) {
 	}{
 		"no failures": {n: 12, key: key4, chunk: 1, first: pipeline.Result{Processed: 12}},
 		"one key":     {n: 5, key: oneKey, chunk: 10, first: pipeline.Result{Processed: 5}},
-		// A failed record is tried again inside the run (batchRun.retry): its key waits for it,
-		// the run reports nothing failed, and the failure is counted (FailedAttempts).
-		"a failure holds its key until retried": {
+		"a failure stops its key only": {
 			n: 12, key: key4, chunk: 1, fail: map[string]int{seq(6): 1}, // 6 is k2: 10 behind it
-			first: pipeline.Result{Processed: 12, FailedAttempts: 1},
+			first: pipeline.Result{Processed: 10, Failed: 2, FailedAttempts: 1, LowestFailedSeq: seq(6)},
 		},
 		"failures in two keys": {
 			n: 12, key: key4, chunk: 1, fail: map[string]int{seq(1): 2, seq(7): 1}, // k1: 1,5,9; k3: 3,7,11
-			first: pipeline.Result{Processed: 12, FailedAttempts: 2},
+			first: pipeline.Result{Processed: 7, Failed: 5, FailedAttempts: 2, LowestFailedSeq: seq(1)},
 		},
-		"poison parked by the run, its key goes on": {
+		"poison parked, its key goes on": {
 			n: 8, key: key4, chunk: 1, fail: map[string]int{seq(2): -1},
-			first:  pipeline.Result{Processed: 7},
+			first:  pipeline.Result{Processed: 6, Failed: 2, FailedAttempts: 1, LowestFailedSeq: seq(2)},
 			parked: []string{seq(2)},
 		},
 		"chunked waves": {
 			n: 30, key: func(i int) string { return fmt.Sprint("k", i%13) }, chunk: 5,
 			fail:  map[string]int{seq(14): 1}, // k1's second record
-			first: pipeline.Result{Processed: 30, FailedAttempts: 1},
+			first: pipeline.Result{Processed: 28, Failed: 2, FailedAttempts: 1, LowestFailedSeq: seq(14)},
 		},
 	}
 	for name, tc := range tests {
@@ -225,10 +222,6 @@ func TestBatchSinkMisbehaves(t *testing.T) {
 		margin  time.Duration
 		timeout time.Duration
 		want    error
-		// retried: the wave's records are tried again alone inside the run (batchRun.retry);
-		// the innocent ones are processed, and a culprit that fails every call is parked.
-		retried       bool
-		culpritParked bool
 	}{
 		"panic": {
 			setup: func(s *sink, _ chan struct{}) {
@@ -238,7 +231,7 @@ func TestBatchSinkMisbehaves(t *testing.T) {
 					}
 				}
 			},
-			want: pipeline.ErrPanic, retried: true, culpritParked: true,
+			want: pipeline.ErrPanic,
 		},
 		"wrong number of outcomes": {
 			setup: func(s *sink, _ chan struct{}) {
@@ -251,7 +244,7 @@ func TestBatchSinkMisbehaves(t *testing.T) {
 					return errs
 				}
 			},
-			want: pipeline.ErrSinkOutcomes, retried: true,
+			want: pipeline.ErrSinkOutcomes,
 		},
 		"hung": {
 			setup: func(s *sink, release chan struct{}) {
@@ -296,25 +289,6 @@ func TestBatchSinkMisbehaves(t *testing.T) {
 			}
 			if ctx.Err() != nil {
 				t.Errorf("Run returned after its deadline")
-			}
-			if tc.retried {
-				wantParked := 0
-				if tc.culpritParked {
-					wantParked = 1
-				}
-				if res.Failed != 0 || res.Parked != wantParked || res.Processed != 12-wantParked {
-					t.Errorf("result = %+v", res)
-				}
-				parked := e.parker.Records()
-				if tc.culpritParked && (len(parked) != 1 || parked[0].ID != id(culprit) || !strings.Contains(parked[0].LastError, tc.want.Error())) {
-					t.Errorf("parked = %+v, want only the culprit", parked)
-				}
-				// Nothing lost: every record is done, and the wave's failures are counted.
-				entries := e.ledger.Entries(shard)
-				if len(entries) != 1 || len(entries[0].Done) != 12 || len(entries[0].Failed) != 4 {
-					t.Fatalf("entries = %+v", entries)
-				}
-				return
 			}
 			// Wave 2 (5-8) failed as a whole and blocked its keys: 9-12 not started.
 			if res.Processed != 4 || res.Failed != 8 || res.FailedAttempts != 4 || res.LowestFailedSeq != seq(5) {

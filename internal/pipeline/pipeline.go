@@ -390,7 +390,6 @@ type Result struct {
 	DeadMarkers         int // dead markers of other invocations seen on the batch
 	LiveMarkers         int // live markers of other invocations seen on the batch
 	EndedMarkers        int // the part of DeadMarkers taken for dead before their lease ran out (laneEnded)
-	RetriedProcessed    int // records processed by a retry inside the invocation after failing (batchRun.retry)
 	MarkerWriteFailures int // marker writes that failed (a crash would then go uncounted)
 
 	// Key holds (ON_PARK=hold-key, hold.go).
@@ -432,7 +431,6 @@ type outcome struct {
 	isolated  bool
 	died      bool      // parked for dead attempts
 	heldKey   bool      // parked behind its key's hold without running (hold.go)
-	retried   bool      // processed after failed attempts in this invocation (batchRun.retry)
 	parked    *parkedAs // set once parked, or once its key's hold is written (hold-key)
 	attempts  int
 	err       error
@@ -1148,11 +1146,6 @@ func (p *Pipeline) tally(b *Batch, outcomes []outcome, res *Result) Entry {
 		case statusProcessed:
 			res.Processed++
 			e.Done = append(e.Done, id)
-			if o.retried {
-				e.Failed = append(e.Failed, id) // its failed attempts count (one entry: one attempt)
-				res.FailedAttempts++
-				res.RetriedProcessed++
-			}
 		case statusParked:
 			res.Parked++
 			e.Done = append(e.Done, id)
