@@ -347,16 +347,18 @@ func TestSimReplaysExactly(t *testing.T) {
 // defect breaks within a few runs of fixed seeds.
 func TestSimFindsMutations(t *testing.T) {
 	for _, tc := range []struct {
-		mutation, invariant string
-		budget              int
+		mutation  string
+		invariant []string // any of these
+		budget    int
 	}{
 		// The seed report's consumer skips a batch when it loses the checkpoint race; gapless's
-		// reconciler has no mirror to verify behind, so records are trimmed unseen and uncounted.
-		{MutationCheckpointDecides, "loss not counted", 20},
+		// reconciler has no mirror to verify behind, so records are trimmed unseen and uncounted
+		// (with the watermark behind them, or past them).
+		{MutationCheckpointDecides, []string{"loss not counted", "verified across the trim horizon"}, 20},
 		// Without in-flight markers no death is ever counted: a killer record is never parked.
-		{MutationDropMarker, "lost", 20},
+		{MutationDropMarker, []string{"lost"}, 20},
 		// Without key holds a parked record holds nothing: later records of its key are applied.
-		{MutationDropHold, "out of order", 20},
+		{MutationDropHold, []string{"out of order"}, 20},
 	} {
 		t.Run(tc.mutation, func(t *testing.T) {
 			for i := range tc.budget {
@@ -365,13 +367,13 @@ func TestSimFindsMutations(t *testing.T) {
 				cfg.HoldKey = cfg.HoldKey || tc.mutation == MutationDropHold
 				res := runOne(t, cfg)
 				for _, v := range res.Violations {
-					if invariantOf(v) == tc.invariant {
-						t.Logf("found %q in run %d (seed %d): %s", tc.invariant, i+1, cfg.Seed, v[:min(len(v), 200)])
+					if slices.Contains(tc.invariant, invariantOf(v)) {
+						t.Logf("found %q in run %d (seed %d): %s", invariantOf(v), i+1, cfg.Seed, v[:min(len(v), 200)])
 						return
 					}
 				}
 			}
-			t.Errorf("%s: invariant %q not reported within %d runs", tc.mutation, tc.invariant, tc.budget)
+			t.Errorf("%s: none of the invariants %q reported within %d runs", tc.mutation, tc.invariant, tc.budget)
 		})
 	}
 }
