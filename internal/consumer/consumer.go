@@ -19,6 +19,7 @@ import (
 
 	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/metrics"
+	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 )
 
@@ -173,7 +174,7 @@ func (h *Handler) handle(ctx context.Context, recs *[]inRecord) (events.KinesisE
 	for _, r := range b.Records {
 		if r.DecodeErr != nil {
 			log.ErrorContext(ctx, "malformed record: counted as a failed attempt (parked after the maximum)",
-				"sequence_number", r.ID.Seq, "partition_key", r.PartitionKey, "error", r.DecodeErr.Error())
+				append([]any{"sequence_number", r.ID.Seq, "error", r.DecodeErr.Error()}, park.KeyLogAttrs(r.PartitionKey, h.logPayloads)...)...)
 		}
 	}
 

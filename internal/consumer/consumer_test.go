@@ -392,6 +392,13 @@ func TestMalformedData(t *testing.T) {
 	for _, l := range r.logs.jsonLines(t) {
 		if strings.Contains(fmt.Sprint(l["msg"]), "malformed record") && l["level"] == "ERROR" {
 			logged++
+			// The partition key is user data: with payload logging off only its digest is logged.
+			if k, ok := l["partition_key"]; ok {
+				t.Errorf("malformed-record line carries the partition key %v with payload logging off", k)
+			}
+			if d := fmt.Sprint(l["partition_key_sha256"]); len(d) != 16 {
+				t.Errorf("malformed-record line: partition_key_sha256 %q, want 16 hex digits", d)
+			}
 		}
 	}
 	if logged != 2 {

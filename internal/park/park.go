@@ -180,6 +180,16 @@ func KeyDigest(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// KeyLogAttrs are the log attributes naming a record's partition key. The key is user data: it
+// is logged as is only with payload logging on (withKey); otherwise the first 16 hex digits of
+// KeyDigest, enough to match the lines of one key.
+func KeyLogAttrs(key string, withKey bool) []any {
+	if withKey {
+		return []any{"partition_key", key}
+	}
+	return []any{"partition_key_sha256", KeyDigest(key)[:16]}
+}
+
 // Receipt returns the receipt of m (what the ledger recorded when the pipeline sent m).
 func (m Message) Receipt() Receipt {
 	r := Receipt{ParkID: m.ParkID, Bytes: m.DataBytes, SHA256: m.DataSHA256, KeySHA256: KeyDigest(m.PartitionKey)}

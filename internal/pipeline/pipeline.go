@@ -1110,14 +1110,10 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	}
 }
 
-// recordLogger adds a record's attributes to l. The partition key is user data: it is logged
-// only with payload logging on (Config.LogPayloads); otherwise a short digest of it (the first
-// 16 hex digits of its SHA-256, park.KeyDigest) lets lines of one key be matched.
+// recordLogger adds a record's attributes to l; the partition key as park.KeyLogAttrs logs it
+// (as is only with Config.LogPayloads, otherwise a short digest).
 func (p *Pipeline) recordLogger(l *slog.Logger, rec *Record) *slog.Logger {
-	if p.cfg.LogPayloads {
-		return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub, "partition_key", rec.PartitionKey)
-	}
-	return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub, "partition_key_sha256", park.KeyDigest(rec.PartitionKey)[:16])
+	return l.With("sequence_number", rec.ID.Seq, "sub_sequence_number", rec.ID.Sub).With(park.KeyLogAttrs(rec.PartitionKey, p.cfg.LogPayloads)...)
 }
 
 // call runs Process, turning a panic into an error.

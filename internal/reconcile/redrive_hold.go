@@ -116,7 +116,7 @@ func (s *heldSession) run(ctx context.Context, started time.Time, rep *RedriveRe
 
 func (s *heldSession) walk(ctx context.Context, key string, started time.Time, rep *RedriveReport) []*string {
 	d, byID := s.d, s.msgs[key]
-	log := d.log.With("group", d.cfg.Group, "partition_key_sha256", park.KeyDigest(key)[:16]) // the key itself is user data
+	log := d.log.With("group", d.cfg.Group).With(park.KeyLogAttrs(key, false)...) // the key itself is user data
 	leave := func(why error) []*string {
 		var keep []*string
 		for rid, ms := range byID {
