@@ -40,9 +40,11 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"reference by an older release is re-read from the stream), with its own configuration\n"+
 			"(ON_PARK, queues, payload bucket). A record that succeeds has its message deleted; one that\n"+
 			"fails its whole budget is parked again (a new message) and the old one deleted; anything else\n"+
-			"stays in the queue. Records of a held key (ON_PARK=hold-key) are redriven in the order they\n"+
-			"were parked, head first; the key is released once all are applied, and nothing behind a head\n"+
-			"that fails again is applied.\n\n"+
+			"stays in the queue. A message the ledger's park records do not confirm (forged, altered, or\n"+
+			"a copy sent before a crash) is refused: never applied, left in the queue, counted\n"+
+			"(ParkedRefused) and listed with its reason. Records of a held key (ON_PARK=hold-key) are\n"+
+			"redriven in the order they were parked, head first; the key is released once all are\n"+
+			"applied, and nothing behind a head that fails again is applied.\n\n"+
 			"On AWS, --reconciler-function names the deployed function (lambda:InvokeFunction is the only\n"+
 			"right the CLI needs). Without it, the local reconciler runs: functions/reconciler of the Go\n"+
 			"module holding the current directory (--function-dir), built and run under the Lambda runtime\n"+
