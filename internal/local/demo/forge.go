@@ -105,6 +105,12 @@ func (v *variant) forgeParked(ctx context.Context) *ForgedParked {
 
 	refused, processed := map[string]bool{}, map[string]bool{}
 	for out.Redrives < 5 && len(refused) < len(sent) {
+		if out.Redrives > 0 {
+			// A session that received messages and ran out of time before answering for them
+			// left them hidden for its visibility timeout: wait it out, or the next session
+			// (and the count of what is still queued) sees nothing.
+			sleepCtx(ctx, forgeVisibility+time.Second)
+		}
 		res, err := v.redriveOnce(ctx)
 		out.Redrives++
 		if errors.Is(err, errNoCommands) {
@@ -144,7 +150,9 @@ func (v *variant) forgeParked(ctx context.Context) *ForgedParked {
 		}
 	})
 	out.Applied = max(len(applied), len(processed))
-	// The parked queue: every forged message must still be there (left for inspection).
+	// The parked queue: every forged message must still be there (left for inspection), visible
+	// again once the last session's visibility timeout has passed.
+	sleepCtx(ctx, forgeVisibility+time.Second)
 	still := map[string]bool{}
 	v.receiveAll(ctx, v.parkedURL, false, func(id, _ string) {
 		if _, ok := sent[id]; ok {
@@ -230,11 +238,25 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// forgeVisibility is how long a redrive session hides the messages it receives: short, so a
+// session cut short by its time leaves them hidden only briefly.
+const forgeVisibility = 5 * time.Second
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // redriveOnce sends the reconciler function one redrive command, as gapless redrive does.
 func (v *variant) redriveOnce(ctx context.Context) (reconcile.CommandResult, error) {
 	ev, err := json.Marshal(reconcile.CommandEvent{Gapless: &reconcile.Command{
 		Version: reconcile.CommandVersion, Command: reconcile.CommandRedrive, Group: group, Stream: v.stream,
-		Redrive: &reconcile.RedriveCommand{VisibilityTimeoutSeconds: 30},
+		Redrive: &reconcile.RedriveCommand{VisibilityTimeoutSeconds: int(forgeVisibility / time.Second)},
 	}})
 	if err != nil {
 		return reconcile.CommandResult{}, err
