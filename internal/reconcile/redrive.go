@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -275,6 +277,7 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 	defer func() { d.emitRefused(rep) }()
 	started := d.now()
 	held := d.heldSession()
+	var lostUntil time.Time // when messages handed out in a lost receive response are visible again
 	for d.cfg.MaxMessages == 0 || rep.Received < d.cfg.MaxMessages {
 		n := int32(10)
 		if d.cfg.MaxMessages > 0 {
@@ -287,6 +290,9 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 		})
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: receive from %s: %w", d.url, err)
+		}
+		if ReceiveMayHaveLost(out) {
+			lostUntil = d.now().Add(d.cfg.VisibilityTimeout)
 		}
 		fresh := 0
 		for _, m := range out.Messages {
@@ -308,12 +314,45 @@ func (d *Redriver) Run(ctx context.Context) (RedriveReport, error) {
 			d.count(&rep, ev)
 			d.report(ev)
 		}
+		if fresh == 0 && !lostUntil.IsZero() && ctx.Err() == nil {
+			wait := lostUntil.Sub(d.now())
+			lostUntil = time.Time{}
+			d.log.WarnContext(ctx, "a receive attempt may have been answered with parked messages whose response was lost; "+
+				"waiting for them to become visible again", "wait", wait.Round(time.Millisecond).String())
+			if ctxtime.Sleep(ctx, wait) == nil {
+				continue
+			}
+		}
 		if fresh == 0 || ctx.Err() != nil {
 			break
 		}
 	}
 	keep = append(keep, held.run(ctx, started, &rep)...)
 	return rep, nil
+}
+
+// ReceiveMayHaveLost reports whether the SDK retried a ReceiveMessage after an attempt that may have
+// been answered: its error is not an error status from SQS (a throttle or server error hands
+// out nothing) but a broken or unreadable response. SQS then made the messages of that answer
+// invisible for the visibility timeout, and the retry cannot see them. The SDK retries such
+// read errors on purpose (aws-sdk-go-v2 issue 2737 and pull request 2949: "use of closed
+// network connection" while the body is read), so the redriver must allow for them.
+func ReceiveMayHaveLost(out *sqs.ReceiveMessageOutput) bool {
+	res, ok := retry.GetAttemptResults(out.ResultMetadata)
+	if !ok {
+		return false
+	}
+	for _, a := range res.Results {
+		if a.Err == nil {
+			continue
+		}
+		var re *awshttp.ResponseError
+		if errors.As(a.Err, &re) && re.HTTPStatusCode() >= 300 {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // handle redrives one message.

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/gapless-dev/gapless/internal/ctxtime"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -277,6 +278,9 @@ func (v *variant) redriveOnce(ctx context.Context) (reconcile.CommandResult, err
 	return resp.Gapless, nil
 }
 
+// receiveAllVisibility hides what receiveAll has counted for the rest of its pass.
+const receiveAllVisibility = 15 * time.Second
+
 // receiveAll receives every message of url until it stays empty for 3 seconds (bounded by a
 // minute), deleting them when del is set; otherwise they are left (visible again shortly).
 func (v *variant) receiveAll(ctx context.Context, url string, del bool, fn func(id, body string)) {
@@ -286,7 +290,12 @@ func (v *variant) receiveAll(ctx context.Context, url string, del bool, fn func(
 	seen := map[string]bool{}
 	for empty := 0; empty < 3 && ctx.Err() == nil; {
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10,
-			WaitTimeSeconds: 1, VisibilityTimeout: 60})
+			WaitTimeSeconds: 1, VisibilityTimeout: int32(receiveAllVisibility / time.Second)})
+		if err == nil && reconcile.ReceiveMayHaveLost(out) {
+			// The messages of the lost answer are hidden until the visibility timeout passes.
+			empty = 0
+			_ = ctxtime.Sleep(ctx, receiveAllVisibility)
+		}
 		if err != nil || len(out.Messages) == 0 {
 			empty++
 			continue
