@@ -55,6 +55,9 @@ func writeFlags(w io.Writer, fs *flag.FlagSet, names ...string) {
 			continue
 		}
 		typ, usage := flag.UnquoteUsage(f)
+		if t, ok := f.Value.(interface{ typeName() string }); ok {
+			typ = t.typeName()
+		}
 		if typ != "" {
 			typ = " " + typ
 		}
@@ -101,9 +104,63 @@ func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 		return flag.ErrHelp
 	}
 	if err != nil {
-		return usageError{err.Error()}
+		return usageError{flagError(fs, err)}
 	}
 	return nil
+}
+
+// flagError rewrites the flag package's message in the help's spelling of flags (--name), and
+// suggests the nearest flag for one that is not defined.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		name = strings.TrimPrefix(name, "-")
+		msg = "unknown flag --" + name
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) {
+			if !strings.HasPrefix(f.Usage, "internal:") {
+				names = append(names, f.Name)
+			}
+		})
+		if s := nearest(name, names); s != "" {
+			msg += " (did you mean --" + s + "?)"
+		}
+		return msg
+	}
+	return strings.Replace(msg, " for flag -", " for flag --", 1)
+}
+
+// nearest returns the candidate closest to s by edit distance, when it is close enough to be
+// a misspelling (at most 2 edits, and fewer than half of s), else "".
+func nearest(s string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(s, c); d < bestD && d*2 < max(len(s), 2) {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // noArgs is the error for positional arguments a subcommand does not take.

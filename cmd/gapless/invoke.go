@@ -48,7 +48,7 @@ func parseInvokeFlags(args []string, stdout io.Writer) (invokeOptions, error) {
 	fs.StringVar(&o.event, "e", "", "event file to invoke with (e.g. events/kinesis-clean.json); required")
 	fs.StringVar(&o.envFile, "env", "events/env.json", "env-vars file (sam local invoke --env-vars format, one section per function)")
 	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
-	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "function timeout (the template's Timeout)")
+	durationFlag(fs, &o.timeout, "timeout", 60*time.Second, "function timeout (the template's Timeout)", functionTimeout)
 	setHelp(fs, "invoke <ConsumerFunction|ReconcilerFunction> -e <event.json> [flags]",
 		"Builds the function for this machine, makes sure the local stack (gapless up) has the tables,\n"+
 			"queues and stream its env.json section names, runs it once under the Lambda runtime\n"+

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -50,7 +51,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "gapless: unknown command %q\n\n", args[0])
+		names := make([]string, 0, len(commands))
+		for n := range commands {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		if s := nearest(args[0], names); s != "" {
+			fmt.Fprintf(stderr, "gapless: unknown command %q (did you mean %q?)\n\n", args[0], s)
+		} else {
+			fmt.Fprintf(stderr, "gapless: unknown command %q\n\n", args[0])
+		}
 		usage(stderr)
 		return 2
 	}
@@ -67,7 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "run 'gapless %s -h' for its flags\n", args[0])
 		return 2
 	default:
-		fmt.Fprintf(stderr, "gapless %s: %v\n", args[0], err)
+		// An error of the package behind the command may start with the command's own name
+		// ("doctor: template: ..."): said once.
+		fmt.Fprintf(stderr, "gapless %s: %s\n", args[0], strings.TrimPrefix(err.Error(), args[0]+": "))
 		return 1
 	}
 }

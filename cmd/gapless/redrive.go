@@ -53,7 +53,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"goes on. Progress per message and per invocation on stderr, summary on stdout (left,\n"+
 			"skipped, invalid and held are the last invocation's: what is still in the queue).\n"+
 			"Exits 1 when the function refuses the command or fails, or some message was left in the queue.")
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := o.parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *maxMessages < 0 {

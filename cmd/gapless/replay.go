@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/gapless-dev/gapless/internal/reconcile"
 )
@@ -44,7 +43,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"that runs out of time is followed by another while the previous one replayed something.\n"+
 			"Exits 1 when the function refuses the command or fails, or some record of the range is still\n"+
 			"failing (run it again, or let it park).")
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := o.parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *shardID == "" || *from == "" || *to == "" {
@@ -99,11 +98,4 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("range not fully accounted for: %d records still failing (run replay again; they park after MAX_RECORD_ATTEMPTS failures)", r.StillFailing)
 	}
 	return nil
-}
-
-func envOrDefault(v, def string) string {
-	if v = strings.TrimSpace(v); v != "" {
-		return v
-	}
-	return def
 }

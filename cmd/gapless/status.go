@@ -51,12 +51,58 @@ type opsOptions struct {
 	state                                       string
 	useAWS                                      bool
 	jsonOut                                     bool
+	// env: the defaults taken from the functions' variables; envErr: those of them the
+	// functions would refuse (reported unless the flag that overrides each is given).
+	env    config.Operator
+	envErr error
+}
+
+// parse parses the flags of status, replay or redrive. A variable a default comes from that
+// the functions would refuse is an error naming it, unless a flag overrides it: a shell set up
+// like the function must not run with a value the function would never run with.
+func (o *opsOptions) parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if o.envErr == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	overrides := map[string]string{config.EnvMaxRecordAttempts: "max-attempts", config.EnvLedgerTTL: "ledger-ttl",
+		config.EnvSettleAfter: "settle", config.EnvOnPark: "on-park"}
+	var errs []string
+	for _, e := range unwrapJoined(o.envErr) {
+		flagName := ""
+		for env, f := range overrides {
+			if strings.Contains(e.Error(), env+"=") {
+				flagName = f
+			}
+		}
+		if flagName != "" && (set[flagName] || fs.Lookup(flagName) == nil) {
+			continue // overridden, or a value this command does not use
+		}
+		errs = append(errs, strings.TrimPrefix(e.Error(), config.ErrInvalid.Error()+": ")+" (as the functions require; or set --"+flagName+")")
+	}
+	if len(errs) > 0 {
+		return usagef("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// unwrapJoined returns the errors an errors.Join holds (err itself when it holds none).
+func unwrapJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // opsFlags declares the shared flags on a new FlagSet; queues adds the parked and target queue
 // and the attempt budget (replay, redrive).
 func opsFlags(name string, stderr io.Writer, queues bool) (*flag.FlagSet, *opsOptions) {
 	o := &opsOptions{}
+	o.env, o.envErr = config.LoadOperator(os.Getenv)
 	fs := flag.NewFlagSet("gapless "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.group, "group", os.Getenv(config.EnvGroup), "consumer group (default $"+config.EnvGroup+")")
@@ -66,18 +112,10 @@ func opsFlags(name string, stderr io.Writer, queues bool) (*flag.FlagSet, *opsOp
 	fs.StringVar(&o.parkedQueue, "parked-queue", os.Getenv(config.EnvParkedQueueURL), "parked queue URL (default $"+config.EnvParkedQueueURL+")")
 	if queues {
 		fs.StringVar(&o.targetQueue, "target-queue", os.Getenv(config.EnvTargetQueueURL), "target queue URL of the default Process (default $"+config.EnvTargetQueueURL+")")
-		attempts := config.DefaultMaxRecordAttempts
-		if v, err := strconv.Atoi(os.Getenv(config.EnvMaxRecordAttempts)); err == nil && v > 0 {
-			attempts = v
-		}
-		fs.IntVar(&o.maxAttempts, "max-attempts", attempts, "failures before a record is parked (default $"+config.EnvMaxRecordAttempts+" or 5)")
+		intFlag(fs, &o.maxAttempts, "max-attempts", o.env.MaxRecordAttempts, "failures before a record is parked (default $"+config.EnvMaxRecordAttempts+" or 5)", config.MaxRecordAttemptsRule)
 		fs.StringVar(&o.payloadBucket, "payload-bucket", os.Getenv(config.EnvPayloadBucket), "S3 bucket for payloads over 1 MiB, parked or forwarded (default $"+config.EnvPayloadBucket+"; on the local stack "+schema.PayloadBucket+")")
 		fs.StringVar(&o.dedupeKey, "dedupe-key", os.Getenv(config.EnvDedupeKey), "business-key JSON field, as the consumer's (default $"+config.EnvDedupeKey+", empty = off)")
-		ttl := config.DefaultLedgerTTL
-		if v, err := time.ParseDuration(os.Getenv(config.EnvLedgerTTL)); err == nil && v > 0 {
-			ttl = v
-		}
-		fs.DurationVar(&o.ledgerTTL, "ledger-ttl", ttl, "lifetime of the ledger entries a replay writes, as the functions' (default $"+config.EnvLedgerTTL+" or 192h)")
+		durationFlag(fs, &o.ledgerTTL, "ledger-ttl", o.env.LedgerTTL, "lifetime of the ledger entries a replay writes, as the functions' (default $"+config.EnvLedgerTTL+" or 192h)", config.LedgerTTLRule)
 	}
 	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
 	fs.BoolVar(&o.useAWS, "aws", false, "use AWS (or AWS_ENDPOINT_URL_*) even when a local stack.env exists")
@@ -217,13 +255,11 @@ func (o *opsOptions) newLedger(c opsClients, log *slog.Logger) pipeline.DedupeLe
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, o := opsFlags("status", stderr, false)
-	settle := fs.Duration("settle", config.DefaultSettleAfter, "settle window: missing records younger than this are in flight, not gaps (default $"+config.EnvSettleAfter+" or 30m)")
-	if v, err := time.ParseDuration(os.Getenv(config.EnvSettleAfter)); err == nil && v > 0 {
-		*settle = v
-	}
-	maxRecords := fs.Int("max-records", 100000, "records read per shard at most (the lag beyond is shown as >=N)")
+	settle, maxRecords := new(time.Duration), new(int)
+	durationFlag(fs, settle, "settle", o.env.SettleAfter, "settle window: missing records younger than this are in flight, not gaps; 0 counts every missing record as a gap (default $"+config.EnvSettleAfter+" or 30m)", notNegative)
+	intFlag(fs, maxRecords, "max-records", 100000, "records read per shard at most (the lag beyond is shown as >=N)", atLeast(1))
 	recordFilter := filterFlag(fs)
-	onPark := fs.String("on-park", envOrDefault(os.Getenv(config.EnvOnPark), config.OnParkContinue),
+	onPark := fs.String("on-park", o.env.OnPark,
 		"the functions' ON_PARK: with hold-key, list the held keys (default $"+config.EnvOnPark+" or continue)")
 	maxHoldScan := fs.Int("max-hold-scan", 1000000, "ledger items read at most to list the held keys (a Scan of the ledger table; 0 = no limit)")
 	setHelp(fs, "status [flags]",
@@ -234,7 +270,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"keys, from a Scan of the ledger table (--max-hold-scan bounds it). Read-only. With\n"+
 			"`. .local/stack.env` (after `make up`) every name comes from the environment and no flag is\n"+
 			"needed.")
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := o.parse(fs, args, stdout); err != nil {
 		return err
 	}
 	flt, err := recordFilter()

@@ -296,7 +296,7 @@ func (p *parser) common() Common {
 		ParkedQueueURL:    p.required(EnvParkedQueueURL),
 		TargetQueueURL:    p.target(),
 		PayloadBucket:     p.required(EnvPayloadBucket),
-		MaxRecordAttempts: p.intIn(EnvMaxRecordAttempts, DefaultMaxRecordAttempts, 1, 1000),
+		MaxRecordAttempts: p.intIn(EnvMaxRecordAttempts, DefaultMaxRecordAttempts, MinMaxRecordAttempts, MaxMaxRecordAttempts),
 		MaxConcurrency:    p.intIn(EnvMaxConcurrency, DefaultMaxConcurrency, 1, 1024),
 		DedupeKey:         strings.TrimSpace(p.getenv(EnvDedupeKey)),
 		LedgerTTL:         p.duration(EnvLedgerTTL, DefaultLedgerTTL),
@@ -315,9 +315,7 @@ func (p *parser) common() Common {
 	if c.DedupeKey != "" && (strings.HasPrefix(c.DedupeKey, ".") || strings.HasSuffix(c.DedupeKey, ".") || strings.Contains(c.DedupeKey, "..")) {
 		p.fail(EnvDedupeKey, c.DedupeKey, "must be a dot-separated JSON field path like order.id")
 	}
-	if c.LedgerTTL > 0 && c.LedgerTTL < 25*time.Hour {
-		p.fail(EnvLedgerTTL, p.getenv(EnvLedgerTTL), "must cover the stream retention (at least 24h) plus the settle window: use 25h or more")
-	}
+	p.ledgerTTL(c.LedgerTTL)
 	return c
 }
 
@@ -358,7 +356,7 @@ func (p *parser) duration(name string, def time.Duration) time.Duration {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		p.fail(name, v, "must be a positive Go duration like 30m or 192h")
+		p.fail(name, v, positiveDuration)
 		return def
 	}
 	return d
