@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/park"
@@ -21,80 +22,84 @@ import (
 // the other keys' records done, and the MaxRecordAttempts-th invocation parks the record with
 // its payload. On the code before in-flight markers Run waited for the call forever.
 func TestHungProcessAbandoned(t *testing.T) {
-	e := newEnv()
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) }) // let the hung goroutines end with the test
-	const hung = 3
-	rec := &recorder{}
-	process := func(ctx context.Context, r pipeline.Record) error {
-		if r.ID.Seq == seq(hung) {
-			<-release // ignores ctx
-			return nil
+	// In a synctest bubble: the deadlines are virtual, so a loaded machine cannot make Run
+	// look late (the writes after the abandoned call take no virtual time).
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv()
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) }) // let the hung goroutines end with the test
+		const hung = 3
+		rec := &recorder{}
+		process := func(ctx context.Context, r pipeline.Record) error {
+			if r.ID.Seq == seq(hung) {
+				<-release // ignores ctx
+				return nil
+			}
+			return rec.process(ctx, r)
 		}
-		return rec.process(ctx, r)
-	}
-	c := cfg()
-	c.DeadlineMargin = 400 * time.Millisecond
-	p := e.pipeline(t, process, c)
-	b := batch(8, func(i int) string { return fmt.Sprint("k", i%4) }) // record 3 and 7 share a key
+		c := cfg()
+		c.DeadlineMargin = 400 * time.Millisecond
+		p := e.pipeline(t, process, c)
+		b := batch(8, func(i int) string { return fmt.Sprint("k", i%4) }) // record 3 and 7 share a key
 
-	for run := 1; run <= c.MaxRecordAttempts; run++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
-		type out struct {
-			res pipeline.Result
-			err error
-			ctx error
-		}
-		done := make(chan out, 1)
-		go func() {
-			res, err := p.Run(ctx, b)
-			done <- out{res, err, ctx.Err()}
-		}()
-		var o out
-		select {
-		case o = <-done:
-		case <-time.After(10 * time.Second):
+		for run := 1; run <= c.MaxRecordAttempts; run++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+			type out struct {
+				res pipeline.Result
+				err error
+				ctx error
+			}
+			done := make(chan out, 1)
+			go func() {
+				res, err := p.Run(ctx, b)
+				done <- out{res, err, ctx.Err()}
+			}()
+			var o out
+			select {
+			case o = <-done:
+			case <-time.After(10 * time.Second):
+				cancel()
+				t.Fatalf("run %d: Run did not return: it waits for a Process that ignores its context", run)
+			}
 			cancel()
-			t.Fatalf("run %d: Run did not return: it waits for a Process that ignores its context", run)
-		}
-		cancel()
-		if o.err != nil {
-			t.Fatalf("run %d: %v", run, o.err)
-		}
-		if o.ctx != nil {
-			t.Errorf("run %d: Run returned after its deadline (%v): a Lambda would have timed out", run, o.ctx)
-		}
-		res := o.res
-		if run < c.MaxRecordAttempts {
-			// 3 hung (attempt), 7 blocked behind it (same key, not attempted); 1, 2, 4, 5, 6, 8 done.
-			if res.Abandoned != 1 || res.FailedAttempts != 1 || res.Failed != 2 || res.LowestFailedSeq != seq(hung) {
-				t.Errorf("run %d: result = %+v", run, res)
+			if o.err != nil {
+				t.Fatalf("run %d: %v", run, o.err)
 			}
-			if f := res.Failures[0]; !errors.Is(f.Err, pipeline.ErrAbandoned) || !f.Attempted || f.Attempts != run {
-				t.Errorf("run %d: failure = %+v, want an abandoned attempt number %d", run, f, run)
+			if o.ctx != nil {
+				t.Errorf("run %d: Run returned after its deadline (%v): a Lambda would have timed out", run, o.ctx)
 			}
-			continue
+			res := o.res
+			if run < c.MaxRecordAttempts {
+				// 3 hung (attempt), 7 blocked behind it (same key, not attempted); 1, 2, 4, 5, 6, 8 done.
+				if res.Abandoned != 1 || res.FailedAttempts != 1 || res.Failed != 2 || res.LowestFailedSeq != seq(hung) {
+					t.Errorf("run %d: result = %+v", run, res)
+				}
+				if f := res.Failures[0]; !errors.Is(f.Err, pipeline.ErrAbandoned) || !f.Attempted || f.Attempts != run {
+					t.Errorf("run %d: failure = %+v, want an abandoned attempt number %d", run, f, run)
+				}
+				continue
+			}
+			// Parked with the abandoned attempt; 7 was behind it in its key and not started.
+			if res.Parked != 1 || res.Abandoned != 1 || res.Failed != 1 || res.LowestFailedSeq != seq(7) {
+				t.Errorf("last run: result = %+v, want the hung record parked", res)
+			}
 		}
-		// Parked with the abandoned attempt; 7 was behind it in its key and not started.
-		if res.Parked != 1 || res.Abandoned != 1 || res.Failed != 1 || res.LowestFailedSeq != seq(7) {
-			t.Errorf("last run: result = %+v, want the hung record parked", res)
+		// The retry from 7 finds 3 parked (done) and processes 7.
+		res, err := p.Run(context.Background(), b)
+		if err != nil || res.Processed != 1 || res.DuplicatesSkipped != 7 {
+			t.Errorf("retry after parking: %+v %v", res, err)
 		}
-	}
-	// The retry from 7 finds 3 parked (done) and processes 7.
-	res, err := p.Run(context.Background(), b)
-	if err != nil || res.Processed != 1 || res.DuplicatesSkipped != 7 {
-		t.Errorf("retry after parking: %+v %v", res, err)
-	}
-	for i := 1; i <= 8; i++ {
-		if i != hung && !rec.called(seq(i)) {
-			t.Errorf("record %d never processed", i)
+		for i := 1; i <= 8; i++ {
+			if i != hung && !rec.called(seq(i)) {
+				t.Errorf("record %d never processed", i)
+			}
 		}
-	}
-	parked := e.parker.Records()
-	if len(parked) != 1 || parked[0].ID != id(hung) || string(parked[0].Data) != fmt.Sprintf(`{"n":%d}`, hung) ||
-		parked[0].LastError != pipeline.ErrAbandoned.Error() || parked[0].Attempts != c.MaxRecordAttempts {
-		t.Errorf("parked = %+v, want record %d with its payload after %d attempts", parked, hung, c.MaxRecordAttempts)
-	}
+		parked := e.parker.Records()
+		if len(parked) != 1 || parked[0].ID != id(hung) || string(parked[0].Data) != fmt.Sprintf(`{"n":%d}`, hung) ||
+			parked[0].LastError != pipeline.ErrAbandoned.Error() || parked[0].Attempts != c.MaxRecordAttempts {
+			t.Errorf("parked = %+v, want record %d with its payload after %d attempts", parked, hung, c.MaxRecordAttempts)
+		}
+	})
 }
 
 var errKilled = errors.New("invocation killed")
