@@ -47,8 +47,9 @@ func TestReadmeLocalDevelopment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(commands) < 3 || !strings.HasPrefix(commands[0], "make up") || !strings.HasPrefix(commands[len(commands)-1], "make down") {
-		t.Fatalf("the block should start with `make up` and end with `make down`: %q", commands)
+	n := len(commands)
+	if n < 4 || !strings.HasPrefix(commands[0], "make up") || !strings.HasPrefix(commands[n-2], "make down") || !strings.HasPrefix(commands[n-1], ". .local/unset.env") {
+		t.Fatalf("the block should start with `make up` and end with `make down` and `. .local/unset.env`: %q", commands)
 	}
 
 	dir := copyCheckout(t, root)
@@ -68,6 +69,8 @@ func TestReadmeLocalDevelopment(t *testing.T) {
 	for i, c := range commands {
 		fmt.Fprintf(&script, "echo %s >&2\n%s\n", shellQuote(fmt.Sprintf("=== README command %d: %s", i+1, c)), c)
 	}
+	// After the block the shell must point nowhere near the stopped stack.
+	script.WriteString("if env | grep -E '^(AWS_ENDPOINT_URL_[A-Z0-9_]*|STREAM_NAME|GAPLESS_GROUP)='; then echo '=== the stack environment is still set' >&2; exit 1; fi\n")
 	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", "-c", script.String())
 	cmd.Dir = dir
 	cmd.Env = readmeEnv(t)

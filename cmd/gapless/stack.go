@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -201,5 +202,24 @@ func runDown(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	fmt.Fprintf(stderr, "stopped %s\n", strings.Join(stopped, ", "))
+	if unset := filepath.Join(dir, localstack.UnsetFile); fileExists(unset) {
+		fmt.Fprintf(stderr, "a shell that sourced stack.env still points the AWS SDKs and CLI at 127.0.0.1: leave it with . %s\n", relToWD(unset))
+	}
 	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// relToWD is path relative to the working directory when it lies under it (as the README
+// spells it: .local/unset.env), else path.
+func relToWD(path string) string {
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(rel, "..") {
+			return rel
+		}
+	}
+	return path
 }

@@ -56,19 +56,31 @@ func WriteStateWith(stateDir string, procs []*Process, vars map[string]string) e
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return err
 	}
-	var lines []string
+	var lines, names []string
 	for k, v := range Env(procs) {
-		lines = append(lines, fmt.Sprintf("export %s=%s", k, v))
+		lines, names = append(lines, fmt.Sprintf("export %s=%s", k, v)), append(names, k)
 	}
 	for k, v := range vars {
-		lines = append(lines, fmt.Sprintf("export %s=%s", k, v))
+		lines, names = append(lines, fmt.Sprintf("export %s=%s", k, v)), append(names, k)
 	}
 	for _, p := range procs {
 		lines = append(lines, fmt.Sprintf("# pid %s %d %s", p.Service, p.PID, p.LogPath))
 	}
 	sort.Strings(lines)
+	sort.Strings(names)
+	unset := "# `. " + UnsetFile + "` leaves the local stack's environment: it unsets every variable\n" +
+		"# stack.env exports (values the shell had before are not restored), so a later aws or sam\n" +
+		"# command goes to AWS, not to 127.0.0.1.\n" +
+		"unset " + strings.Join(names, " ") + "\n"
+	if err := os.WriteFile(filepath.Join(stateDir, UnsetFile), []byte(unset), 0o644); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(stateDir, "stack.env"), []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 }
+
+// UnsetFile is the companion of stack.env that unsets what it exports; it stays after the stack
+// is stopped, for the shells that sourced stack.env.
+const UnsetFile = "unset.env"
 
 // StopFromState stops the processes recorded by WriteState and removes the state file.
 // It returns the services it stopped; a missing state file is not an error.
