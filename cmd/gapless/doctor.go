@@ -42,7 +42,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	overrides := fs.String("parameter-overrides", "", "more parameter values, as sam deploy --parameter-overrides (Key=Value ...)")
 	retention := fs.Duration("retention", 0, "offline: retention of a stream the template does not create (StreamArn set); default 24h, Kinesis's default")
 	kpl := fs.String("kpl", "", "do producers write KPL aggregated records? yes or no (unknown: a warning when ParallelizationFactor > 1)")
-	live := fs.Bool("live", false, "check the deployed stack (or, with a local stack.env, the local stack and the emulated mapping) instead of the template")
+	live := fs.Bool("live", false, "check the deployed stack (or, with --local, the local stack and the emulated mapping) instead of the template")
 	fs.StringVar(&o.group, "group", os.Getenv(config.EnvGroup), "--live: consumer group (default $"+config.EnvGroup+")")
 	fs.StringVar(&o.stream, "stream", os.Getenv(config.EnvStreamName), "--live: stream name (default $"+config.EnvStreamName+")")
 	streamARN := fs.String("stream-arn", os.Getenv(config.EnvStreamARN), "--live: stream ARN, for a stream in another account (default $"+config.EnvStreamARN+")")
@@ -51,8 +51,9 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	consumerFn := fs.String("consumer-function", "", "--live on AWS: the consumer function (stack output ConsumerFunctionName)")
 	reconcilerFn := fs.String("reconciler-function", "", "--live on AWS: the reconciler function (stack output ReconcilerFunctionName)")
 	alarmPrefix := fs.String("alarm-prefix", "", "--live on AWS: list only alarms named with this prefix (the stack name and a dash, e.g. gapless-); the stack's alarms are those watching its functions or its group")
-	fs.StringVar(&o.state, "state", "", "--live: local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
-	fs.BoolVar(&o.useAWS, "aws", false, "--live: use AWS (or AWS_ENDPOINT_URL_*) even when a local stack.env exists")
+	fs.StringVar(&o.state, "state", "", "--live: local stack state directory holding stack.env (implies --local; default <repo>/.local, written by gapless up)")
+	fs.BoolVar(&o.useLocal, "local", false, "--live: the local stack recorded in stack.env by gapless up (default: AWS, or AWS_ENDPOINT_URL_*)")
+	fs.BoolVar(&o.useAWS, "aws", false, "--live: use AWS (the default; AWS_ENDPOINT_URL_* honoured)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
 	setHelp(fs, "doctor [flags]",
 		"Checks a gapless deployment against what gapless needs and prints one line per finding:\n"+
@@ -61,7 +62,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"summary. Exit status 1 when any finding is an error.\n\n"+
 			"Offline (the default) it reads template.yaml with the parameter overrides of a\n"+
 			"samconfig.toml environment. With --live it reads the deployed stack (read-only: the IAM\n"+
-			"actions are listed in docs/deploy.md); with a local stack.env it reads the local stack,\n"+
+			"actions are listed in docs/deploy.md); with --local (or a sourced stack.env) it reads the local stack,\n"+
 			"and the mapping, schedule and alarms are those of the emulated mapping (template.yaml).")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,7 +50,7 @@ type opsOptions struct {
 	dedupeKey                                   string
 	ledgerTTL                                   time.Duration
 	state                                       string
-	useAWS                                      bool
+	useAWS, useLocal                            bool
 	jsonOut                                     bool
 	// env: the defaults taken from the functions' variables; envErr: those of them the
 	// functions would refuse (reported unless the flag that overrides each is given).
@@ -117,8 +118,9 @@ func opsFlags(name string, stderr io.Writer, queues bool) (*flag.FlagSet, *opsOp
 		fs.StringVar(&o.dedupeKey, "dedupe-key", os.Getenv(config.EnvDedupeKey), "business-key JSON field, as the consumer's (default $"+config.EnvDedupeKey+", empty = off)")
 		durationFlag(fs, &o.ledgerTTL, "ledger-ttl", o.env.LedgerTTL, "lifetime of the ledger entries a replay writes, as the functions' (default $"+config.EnvLedgerTTL+" or 192h)", config.LedgerTTLRule)
 	}
-	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")
-	fs.BoolVar(&o.useAWS, "aws", false, "use AWS (or AWS_ENDPOINT_URL_*) even when a local stack.env exists")
+	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (implies --local; default <repo>/.local, written by gapless up)")
+	fs.BoolVar(&o.useLocal, "local", false, "use the local stack recorded in stack.env by gapless up (default: AWS, or AWS_ENDPOINT_URL_*)")
+	fs.BoolVar(&o.useAWS, "aws", false, "use AWS (the default; AWS_ENDPOINT_URL_* honoured)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the result as JSON")
 	return fs, o
 }
@@ -168,28 +170,41 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// loadClients points the SDK at AWS (AWS_ENDPOINT_URL_* honoured, as every SDK does) unless
+// --local or --state asks for the local stack recorded in stack.env by `gapless up`: an
+// operator command never reaches a local stack it was not told to, nor AWS when it was.
 func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClients, error) {
 	envSet := os.Getenv("AWS_ENDPOINT_URL_KINESIS") != "" || os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL_SQS") != ""
-	stackFile := ""
-	if !o.useAWS && !envSet {
-		dir := o.state
-		if dir == "" {
-			if root, err := localstack.FindRoot(); err == nil {
-				dir = filepath.Join(root, ".local")
-			}
-		}
-		if dir != "" {
-			if _, err := os.Stat(filepath.Join(dir, "stack.env")); err == nil || o.state != "" {
-				stackFile = filepath.Join(dir, "stack.env")
-			}
+	if o.useLocal && o.useAWS {
+		return opsClients{}, usagef("--local and --aws: give one")
+	}
+	dir := o.state
+	if dir == "" {
+		if root, err := localstack.FindRoot(); err == nil {
+			dir = filepath.Join(root, ".local")
 		}
 	}
-	if stackFile == "" {
+	stackFile := ""
+	if dir != "" {
+		stackFile = filepath.Join(dir, "stack.env")
+	}
+	if !o.useLocal && o.state == "" {
 		cfg, err := awsconfig.LoadDefaultConfig(ctx)
 		if err != nil {
 			return opsClients{}, fmt.Errorf("load AWS configuration: %w", err)
 		}
+		if !envSet {
+			if stackFile != "" && fileExists(stackFile) {
+				fmt.Fprintf(stderr, "using AWS; a local stack is recorded in %s: give --local to use it\n", relToWD(stackFile))
+			}
+			if err := checkCredentials(ctx, cfg); err != nil {
+				return opsClients{}, err
+			}
+		}
 		return opsClients{kin: kinesis.NewFromConfig(cfg), ddb: dynamodb.NewFromConfig(cfg), sqs: sqs.NewFromConfig(cfg), s3: wire.NewS3(cfg, os.Getenv)}, nil
+	}
+	if stackFile == "" || !fileExists(stackFile) {
+		return opsClients{}, fmt.Errorf("no local stack recorded (no %s): start one with `make up` (or `gapless up`)", cmp.Or(stackFile, ".local/stack.env"))
 	}
 	env, err := readStackEnv(stackFile)
 	if err != nil {
@@ -435,3 +450,21 @@ func dash(s string) string {
 	}
 	return s
 }
+
+// checkCredentials resolves the SDK's credentials before any call, bounded in time, so a shell
+// without credentials gets what to do instead of a raw error of the instance metadata service
+// after its retries.
+func checkCredentials(ctx context.Context, cfg aws.Config) error {
+	if cfg.Credentials == nil {
+		return errNoCredentials
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+		return fmt.Errorf("%w (%v)", errNoCredentials, err)
+	}
+	return nil
+}
+
+var errNoCredentials = errors.New("no AWS credentials: set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), " +
+	"or, for the local stack, run `make up` and give --local (or source .local/stack.env)")
