@@ -42,6 +42,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help":
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		fmt.Fprintln(stdout, versionLine())
+		return 0
 	case "help": // gapless help <command> is gapless <command> -h
 		if len(args) == 1 {
 			usage(stdout)

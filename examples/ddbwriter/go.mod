@@ -10,7 +10,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/kinesis v1.56.13
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.10
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
-	github.com/gapless-dev/gapless v0.0.0
+	github.com/gapless-dev/gapless v0.1.0
 )
 
 require (
