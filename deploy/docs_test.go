@@ -90,10 +90,10 @@ func TestDesignPackageMapMatchesTheTree(t *testing.T) {
 	checkMap(t, "docs/design.md", named)
 }
 
-// TestReadmeLayoutMatchesTheTree: the annotated tree in README.md's Layout section names every
+// TestLayoutMatchesTheTree: the annotated tree in docs/design.md's Layout section names every
 // package of the module, and nothing that is not there.
-func TestReadmeLayoutMatchesTheTree(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+func TestLayoutMatchesTheTree(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "design.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +114,5 @@ func TestReadmeLayoutMatchesTheTree(t *testing.T) {
 			named[publicPackage] = true
 		}
 	}
-	checkMap(t, "README.md's layout", named)
+	checkMap(t, "docs/design.md's layout", named)
 }

@@ -17,7 +17,7 @@ import (
 
 func init() {
 	commands["demo"] = command{
-		summary: "the seed's load test with faults: the mapping alone, checkpoint decides and gapless, side by side",
+		summary: "the field report's load test with faults: the mapping alone, checkpoint decides and gapless, side by side",
 		run:     runDemo,
 	}
 }
