@@ -30,14 +30,17 @@ up: tools gapless
 down: gapless
 	$(BIN)/gapless down
 
-## test: lint, then the whole suite with -race against dynalite+fauxqs and against moto_server
+## test: lint, then the whole suite with -race against dynalite+fauxqs, and the packages that
+## talk to the stack again against moto_server
 test: lint test-dynalite test-moto
 
 test-dynalite: tools gapless
 	scripts/with-stack.sh dynalite $(MAKE) --no-print-directory test-go
 
+# The moto pass runs only the packages whose tests reach the stack (scripts/stack-packages.sh):
+# the rest never talk to DynamoDB or SQS, and the dynalite pass already ran them.
 test-moto: tools gapless
-	scripts/with-stack.sh moto $(MAKE) --no-print-directory test-go
+	scripts/with-stack.sh moto $(MAKE) --no-print-directory test-go PKGS="$$(scripts/stack-packages.sh | tr '\n' ' ')"
 
 # test-go: the module's tests, then each example module's, against the stack with-stack.sh exported
 test-go:

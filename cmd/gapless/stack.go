@@ -202,10 +202,21 @@ func runDown(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	fmt.Fprintf(stderr, "stopped %s\n", strings.Join(stopped, ", "))
-	if unset := filepath.Join(dir, localstack.UnsetFile); fileExists(unset) {
+	// Said to a person at a terminal; scripts (scripts/with-stack.sh) run in no shell that sourced it.
+	if unset := filepath.Join(dir, localstack.UnsetFile); fileExists(unset) && isTerminal(stderr) {
 		fmt.Fprintf(stderr, "a shell that sourced stack.env still points the AWS SDKs and CLI at 127.0.0.1: leave it with . %s\n", relToWD(unset))
 	}
 	return nil
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func fileExists(path string) bool {
