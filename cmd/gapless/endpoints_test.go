@@ -34,7 +34,7 @@ func TestOperatorCommandsGoToAWSUnlessToldLocal(t *testing.T) {
 		t.Errorf("--state of a directory without stack.env: exit %d, stderr %q", code, stderr)
 	}
 	_, stderr, code = gapless(t, append([]string{"status", "--local", "--aws"}, names...)...)
-	if code != 2 || !strings.Contains(stderr, "--local and --aws") {
+	if code != 2 || !strings.Contains(stderr, "--local (or --state) and --aws") {
 		t.Errorf("--local --aws: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -175,8 +175,8 @@ func writeJSON(w io.Writer, v any) error {
 // operator command never reaches a local stack it was not told to, nor AWS when it was.
 func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClients, error) {
 	envSet := os.Getenv("AWS_ENDPOINT_URL_KINESIS") != "" || os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL_SQS") != ""
-	if o.useLocal && o.useAWS {
-		return opsClients{}, usagef("--local and --aws: give one")
+	if (o.useLocal || o.state != "") && o.useAWS {
+		return opsClients{}, usagef("--local (or --state) and --aws: give one")
 	}
 	dir := o.state
 	if dir == "" {
