@@ -142,16 +142,19 @@ func (h *Handler) readObject(ctx context.Context, key string) (onfailure.Message
 // re-read from the stream (ReplayRange); the object's records are only a fallback, replayed
 // when the stream no longer has them, then idempotently. When the stream has trimmed it, the
 // object's records are replayed first, in sequence order (ReplayObjectRecords: the ledger skips
-// those already done), and then ReplayRange accounts for the rest of the range: later records
-// still held, already in the ledger when they were the object's, and any span expired around
-// the object's records, which it counts as a span whose records may be lost. The object proves
+// those already done), and then ReplayFailed accounts for the rest of the range, of the
+// object's lane only (FailedRange.LaneKey): later records still held, already in the ledger
+// when they were the object's, and any span expired around the object's records, which it
+// counts as a span whose records may be lost (in place: the watermark does not pass the other
+// lanes' records, which are left to their lanes). The object proves
 // what its records were, not that no other record of the shard lay between the verified
 // watermark and the range (other lanes' records, records dropped unseen): that span keeps its
 // LostToRetention count and alarm, but the records the object holds are processed.
 //
 // While the stream holds the range it is replayed as an SQS message's (ReplayFailed, with the
 // mapping's ParallelizationFactor lanes): after the watermark, within the scope, bounded by the
-// checkpoint, and only its batch's lane; a refusal is RangeReport.Refused.
+// checkpoint, and only its batch's lane (the object's, also when the start expires during the
+// read); a refusal is RangeReport.Refused.
 func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lanes int) (RangeReport, error) {
 	b := m.KinesisBatchInfo
 	trimmed, gone, err := r.trimmedAt(ctx, b.ShardID, b.StartSequenceNumber)
@@ -175,10 +178,20 @@ func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lane
 			"end_sequence_number", b.EndSequenceNumber, "records_in_object", len(m.Payload.Records))
 		return r.ReplayObjectRecords(ctx, m)
 	}
+	// Only the object's lane is replayed from the stream, whatever expired: the object's records
+	// are one batch of one lane, so any of their partition keys names it.
+	fr := FailedRange{ShardID: b.ShardID, From: b.StartSequenceNumber, To: b.EndSequenceNumber, Lanes: lanes, LaneKey: objectLaneKey(m)}
 	if !trimmed {
-		rep, err := r.ReplayFailed(ctx, FailedRange{ShardID: b.ShardID, From: b.StartSequenceNumber, To: b.EndSequenceNumber, Lanes: lanes})
-		if err != nil || rep.LostSpans == 0 || rep.Refused != "" {
+		rep, err := r.ReplayFailed(ctx, fr)
+		if err != nil || rep.Refused != "" {
 			return rep, err
+		}
+		if rep.LostSpans == 0 {
+			// No span counted by this read; the stream may still have trimmed the range's start
+			// meanwhile (a scheduled pass counting the span first): look again.
+			if trimmed, _, err = r.trimmedAt(ctx, b.ShardID, b.StartSequenceNumber); err != nil || !trimmed {
+				return rep, err
+			}
 		}
 		// The stream trimmed the range between the look and the read: the object still has
 		// the records (processed after the held ones: per-key order is not guaranteed here).
@@ -196,9 +209,17 @@ func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lane
 	if err != nil || !orep.Accounted {
 		return orep, err
 	}
-	rep, err := r.ReplayRange(ctx, b.ShardID, b.StartSequenceNumber, b.EndSequenceNumber)
+	rep, err := r.ReplayFailed(ctx, fr)
 	rep.add(orep.ShardReport)
 	return rep, err
+}
+
+// objectLaneKey is the partition key of the object's first record ("" when it holds none).
+func objectLaneKey(m onfailure.Message) string {
+	if m.Payload == nil || len(m.Payload.Records) == 0 {
+		return ""
+	}
+	return m.Payload.Records[0].Kinesis.PartitionKey
 }
 
 // trimmedAt reports whether Kinesis refuses AT_SEQUENCE_NUMBER seq as older than the trim
