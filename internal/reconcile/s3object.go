@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,7 +42,8 @@ func WithFailureBucket(client objectAPI, bucket string) HandlerOption {
 }
 
 // Errors of the object path; each leaves the message for the failure queue's dead-letter queue
-// (refused, logged at ERROR, never applied).
+// (refused, logged at ERROR, never applied). All but ErrNoFailureBucket and ErrObjectTooLarge are
+// counted in FailureMessageRefused: the message is not one the mapping or the failure bucket sent.
 var (
 	ErrNoFailureBucket = errors.New("reconcile: S3 notification on the failure queue but no failure bucket is configured")
 	ErrOtherBucket     = errors.New("reconcile: S3 notification names another bucket than the failure bucket")
@@ -49,7 +51,33 @@ var (
 	ErrOtherStream     = errors.New("reconcile: on-failure object names another stream")
 	ErrOtherFunction   = errors.New("reconcile: on-failure object names another function than the mapping's")
 	ErrRangeRefused    = errors.New("reconcile: on-failure range refused: not one the mapping can have given up")
+	ErrNotATestEvent   = errors.New("reconcile: body with an S3 test event's Event carries other fields")
 )
+
+// testEventFields are the fields of the test message S3 sends to a destination when a
+// bucket's event notification is configured (Amazon S3 User Guide, "Event message structure":
+// https://docs.aws.amazon.com/AmazonS3/latest/userguide/notification-content-structure.html).
+var testEventFields = []string{"Service", "Event", "Time", "Bucket", "RequestId", "HostId"}
+
+// checkTestEvent accepts an S3 test event only with the documented fields alone, naming the
+// failure bucket: anything else that says "s3:TestEvent" (a range or Records with it, another
+// bucket's test event) is refused, never deleted as a test event.
+func (h *Handler) checkTestEvent(body string) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &fields); err != nil {
+		return fmt.Errorf("%w: %v", onfailure.ErrMalformed, err)
+	}
+	for name := range fields {
+		if !slices.Contains(testEventFields, name) {
+			return fmt.Errorf("%w: %q", ErrNotATestEvent, name)
+		}
+	}
+	var bucket string
+	if err := json.Unmarshal(fields["Bucket"], &bucket); err != nil || h.objects == nil || bucket != h.failureBucket {
+		return fmt.Errorf("%w: S3 test event of bucket %q (failure bucket %q)", ErrOtherBucket, bucket, h.failureBucket)
+	}
+	return nil
+}
 
 // handleObjectNotification consumes one failure-queue message that is an S3 event notification.
 // It returns nil when every object it names is accounted for (the message may be deleted).
@@ -57,6 +85,9 @@ func (h *Handler) handleObjectNotification(ctx context.Context, msg events.SQSMe
 	objs, err := onfailure.ParseS3Notification([]byte(msg.Body))
 	switch {
 	case errors.Is(err, onfailure.ErrTestEvent):
+		if err := h.checkTestEvent(msg.Body); err != nil {
+			return err
+		}
 		h.log.InfoContext(ctx, "S3 test event on the failure queue (the bucket's notification was configured)", "message_id", msg.MessageId, "group", h.r.cfg.Group)
 		return nil
 	case err != nil:
