@@ -85,6 +85,10 @@ func (r *Reconciler) replayRange(ctx context.Context, shardID, from, to string, 
 	}
 	if info.startingSeq != "" {
 		if seqnum.Compare(to, info.startingSeq) < 0 {
+			if fr != nil {
+				rep.Refused = "the range lies below the shard's starting sequence number: the shard never held it, so the mapping cannot have given it up"
+				return rep, nil
+			}
 			rep.Accounted = true // the whole range lies below the shard's first sequence number
 			return rep, nil
 		}
@@ -306,6 +310,7 @@ const MaxGivenUpBatch = 10000
 //
 //   - Records at or below the verified watermark are accounted for: the read starts after it,
 //     and a range wholly at or below it is accounted for at once.
+//   - A range wholly below the shard's starting sequence number was never the shard's: refused.
 //   - Under STARTING_POSITION LATEST, on a shard without a checkpoint of its own (the scope rule
 //     of the scheduled pass, scope.go), a record that arrived before the group's scope start was
 //     never the group's: a range naming one is refused.

@@ -66,3 +66,26 @@ func TestFailureQueueRefusalsAreCounted(t *testing.T) {
 	}
 	checkOnce(t, "genuine notification", rec.counts(), idsOf(given))
 }
+
+// TestFailureRangeBelowTheShardRefused: a range below the shard's starting sequence number
+// (ListShards SequenceNumberRange) was never held by the shard, so no mapping gave it up: the
+// message is refused and counted, not deleted as accounted for. Before: it was accounted for at
+// once, deleted with no line and no count.
+func TestFailureRangeBelowTheShardRefused(t *testing.T) {
+	s := newStack(t, 1)
+	all, _ := gapped(t, s, 4, func(int) bool { return true })
+	rec := newRecorder()
+	var m emf
+	h := NewHandler(s.reconciler(s.pipeline(rec.process, 3), Config{PageLimit: 4}), m.emitter(), discard())
+	below := []put{{shard: all[0].shard, seq: "1"}, {shard: all[0].shard, seq: "2"}}
+	resp := h.HandleSQS(context.Background(), sqsEvent(message(t, s.streamARN(), ownFunction, below[0], below[1], 2)))
+	if len(resp.BatchItemFailures) != 1 {
+		t.Errorf("batch item failures %v, want the message refused", resp.BatchItemFailures)
+	}
+	if l := m.last(t); l.Values["FailureMessageRefused"] != 1 {
+		t.Errorf("metrics %v, want FailureMessageRefused 1", l.Values)
+	}
+	if n := len(rec.delivered()); n != 0 {
+		t.Errorf("%d records replayed", n)
+	}
+}
