@@ -212,6 +212,11 @@ func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lane
 	// Only the object's lane is replayed from the stream, whatever expired: the object's records
 	// are one batch of one lane, so any of their partition keys names it.
 	fr := FailedRange{ShardID: b.ShardID, From: b.StartSequenceNumber, To: b.EndSequenceNumber, Lanes: lanes, LaneKey: objectLaneKey(m)}
+	// The object's own records pass ReplayFailed's rules before any is applied: once the stream
+	// has trimmed them they are all there is to judge.
+	if refused, err := r.objectRefusal(ctx, m, fr); err != nil || refused != "" {
+		return RangeReport{ShardReport: ShardReport{ShardID: b.ShardID}, Refused: refused}, err
+	}
 	if !trimmed {
 		rep, err := r.ReplayFailed(ctx, fr)
 		if err != nil || rep.Refused != "" {
@@ -243,6 +248,37 @@ func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lane
 	rep, err := r.ReplayFailed(ctx, fr)
 	rep.add(orep.ShardReport)
 	return rep, err
+}
+
+// objectRefusal applies ReplayFailed's rules (givenUpBounds, keep) to the object's own records:
+// why the range is refused, or "" when it is not.
+func (r *Reconciler) objectRefusal(ctx context.Context, m onfailure.Message, fr FailedRange) (string, error) {
+	page, err := objectPage(m)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := r.budget(ctx)
+	defer cancel()
+	shards, err := listShards(ctx, r.kin, r.cfg.Stream, r.cfg.StreamARN)
+	if err != nil {
+		return "", err
+	}
+	info := shardInfo{id: fr.ShardID}
+	for _, sh := range shards {
+		if sh.id == fr.ShardID {
+			info = sh
+		}
+	}
+	if info.startingSeq != "" && seqnum.Compare(fr.To, info.startingSeq) < 0 {
+		return "the range lies below the shard's starting sequence number: the shard never held it, so the mapping cannot have given it up", nil
+	}
+	b, done, err := r.givenUpBounds(ctx, info, fr.From, fr.To, fr.Lanes, fr.LaneKey)
+	if err != nil || done {
+		return "", err
+	}
+	b.lane = -1 // the object is its batch: every record of it is of the batch's lane
+	_, refused := b.keep(page, fr.From)
+	return refused, nil
 }
 
 // objectLaneKey is the partition key of the object's first record ("" when it holds none).
@@ -283,17 +319,9 @@ func (r *Reconciler) ReplayObjectRecords(ctx context.Context, m onfailure.Messag
 	if err := (recordid.Shard{Group: r.cfg.Group, Stream: r.cfg.Stream, ShardID: b.ShardID}).Validate(); err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrInvalidRange, err)
 	}
-	if m.Payload == nil || len(m.Payload.Records) == 0 {
-		return rep, fmt.Errorf("%w: the object holds no records", ErrInvalidRange)
-	}
-	page := make([]types.Record, 0, len(m.Payload.Records))
-	for _, er := range m.Payload.Records {
-		k := er.Kinesis
-		if err := seqnum.Validate(k.SequenceNumber); err != nil {
-			return rep, fmt.Errorf("%w: %v", ErrInvalidRange, err)
-		}
-		page = append(page, types.Record{SequenceNumber: aws.String(k.SequenceNumber), PartitionKey: aws.String(k.PartitionKey),
-			Data: k.Data, ApproximateArrivalTimestamp: aws.Time(k.ApproximateArrivalTimestamp.Time)})
+	page, err := objectPage(m)
+	if err != nil {
+		return rep, err
 	}
 	ctx, cancel := r.budget(ctx)
 	defer cancel()
@@ -310,4 +338,21 @@ func (r *Reconciler) ReplayObjectRecords(ctx context.Context, m onfailure.Messag
 	r.report(b.ShardID, page, &rep.ShardReport)
 	rep.Accounted = true
 	return rep, nil
+}
+
+// objectPage is the object's records as a page read from the stream would hold them.
+func objectPage(m onfailure.Message) ([]types.Record, error) {
+	if m.Payload == nil || len(m.Payload.Records) == 0 {
+		return nil, fmt.Errorf("%w: the object holds no records", ErrInvalidRange)
+	}
+	page := make([]types.Record, 0, len(m.Payload.Records))
+	for _, er := range m.Payload.Records {
+		k := er.Kinesis
+		if err := seqnum.Validate(k.SequenceNumber); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidRange, err)
+		}
+		page = append(page, types.Record{SequenceNumber: aws.String(k.SequenceNumber), PartitionKey: aws.String(k.PartitionKey),
+			Data: k.Data, ApproximateArrivalTimestamp: aws.Time(k.ApproximateArrivalTimestamp.Time)})
+	}
+	return page, nil
 }

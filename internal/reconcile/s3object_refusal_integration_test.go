@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 )
@@ -87,5 +88,40 @@ func TestFailureRangeBelowTheShardRefused(t *testing.T) {
 	}
 	if n := len(rec.delivered()); n != 0 {
 		t.Errorf("%d records replayed", n)
+	}
+}
+
+// TestS3ObjectBeforeTheScopeRefusedBeforeItIsApplied: under STARTING_POSITION LATEST an object
+// whose records arrived before the group's scope start (a stale object of an earlier mapping)
+// names records that were never the group's. When the stream has trimmed them, the object's
+// records are the only thing the reconciler has to judge: it must refuse (counted) before it
+// applies any of them. Before: the trimmed path applied the object's records, then refused (or,
+// before ReplayFailed ran there, accounted for and deleted) the message.
+func TestS3ObjectBeforeTheScopeRefusedBeforeItIsApplied(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, 1)
+	expire := s.trimmed()
+	given := s.putN(3, "stale", keyMod(3), nil)
+	objects := stacktest.S3(t)
+	bucket := stacktest.Bucket(t)
+	note, _ := failureObject(t, objects, bucket, s.stream, given) // arrival: now
+	time.Sleep(20 * time.Millisecond)
+	if err := s.cps.SetScopeFrom(ctx, s.shard(given[0].shard), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	expire()
+	s.putN(2, "in-scope", keyMod(3), nil)
+	rec := newRecorder()
+	var m emf
+	h := NewHandler(s.reconciler(s.pipeline(rec.process, 3), Config{PageLimit: 4, StartingPosition: StartLatest}), m.emitter(), discard(), WithFailureBucket(objects, bucket))
+	resp := h.HandleSQS(ctx, sqsEvent(note))
+	if len(resp.BatchItemFailures) != 1 {
+		t.Errorf("batch item failures %v, want the message refused", resp.BatchItemFailures)
+	}
+	if l := m.last(t); l.Values["FailureMessageRefused"] != 1 {
+		t.Errorf("metrics %v, want FailureMessageRefused 1", l.Values)
+	}
+	if n := len(rec.delivered()); n != 0 {
+		t.Errorf("%d records of a refused object applied, want 0", n)
 	}
 }
