@@ -787,6 +787,10 @@ func TestAlarms(t *testing.T) {
 		{metrics.Namespace, "GapsDetected", metrics.DimensionGroup, "GroupName"},
 		{metrics.Namespace, "LostToRetention", metrics.DimensionGroup, "GroupName"},
 		{metrics.Namespace, "VerifiedLagSeconds", metrics.DimensionGroup, "GroupName"},
+		// Refused forged or stale input (never applied): its alarm is the only trace.
+		{metrics.Namespace, "ParkedRefused", metrics.DimensionGroup, "GroupName"},
+		{metrics.Namespace, "FailureMessageRefused", metrics.DimensionGroup, "GroupName"},
+		{metrics.Namespace, "RecordsOfAnotherStream", metrics.DimensionGroup, "GroupName"},
 		{"AWS/Lambda", "IteratorAge", "FunctionName", "ConsumerFunction"},
 		{"AWS/Lambda", "Errors", "FunctionName", "ConsumerFunction"},
 		{"AWS/Lambda", "Throttles", "FunctionName", "ConsumerFunction"},

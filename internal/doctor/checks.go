@@ -29,11 +29,17 @@ const MaxSchedulePeriod = 7 * time.Minute
 
 // RequiredAlarms are the metrics a deployment must alarm on (namespace/metric): loss, an
 // unverified backlog or a silent reconciler, a mapping that stopped reading, on-failure
-// metadata that never reached the failure queue, and ledger writes that fail.
+// metadata that never reached the failure queue, ledger writes that fail, and every refusal of
+// a forged or stale input (a parked message the ledger does not confirm, a failure-queue
+// message not of the mapping, records of another stream): refused input is never applied, so
+// only its alarm tells anyone it arrived.
 var RequiredAlarms = []string{
 	metrics.Namespace + "/LostToRetention",
 	metrics.Namespace + "/VerifiedLagSeconds",
 	metrics.Namespace + "/LedgerWriteFailures",
+	metrics.Namespace + "/ParkedRefused",
+	metrics.Namespace + "/FailureMessageRefused",
+	metrics.Namespace + "/RecordsOfAnotherStream",
 	"AWS/Lambda/IteratorAge",
 	"AWS/Lambda/DestinationDeliveryFailures",
 	"AWS/Lambda/DroppedEventCount",
@@ -237,7 +243,7 @@ var Checks = []Check{
 	},
 	{
 		ID: "alarms.missing", Level: Error,
-		Fix: "deploy the alarms of template.yaml (LostToRetentionAlarm, VerifiedLagAlarm, LedgerWriteFailuresAlarm, ConsumerIteratorAgeAlarm, DestinationDeliveryFailuresAlarm, MappingDroppedEventsAlarm)",
+		Fix: "deploy the alarms of template.yaml (LostToRetentionAlarm, VerifiedLagAlarm, LedgerWriteFailuresAlarm, ConsumerIteratorAgeAlarm, DestinationDeliveryFailuresAlarm, MappingDroppedEventsAlarm, ParkedRefusedAlarm, FailureMessageRefusedAlarm, RecordsOfAnotherStreamAlarm)",
 		Eval: func(d *Deployment) string {
 			if !d.AlarmsKnown {
 				return ""
@@ -249,7 +255,7 @@ var Checks = []Check{
 				}
 			}
 			if len(missing) > 0 {
-				return "no alarm on " + strings.Join(missing, ", ") + ": a loss or a stalled consumer or reconciler would go unnoticed"
+				return "no alarm on " + strings.Join(missing, ", ") + ": a loss, a stalled consumer or reconciler, or refused forged or stale input would go unnoticed"
 			}
 			return ""
 		},

@@ -207,8 +207,9 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 			// An S3 on-failure destination's object, named by the bucket's event notification
 			// (s3object.go).
 			if err := h.handleObjectNotification(ctx, msg, deadline, hasDeadline, &total); err != nil {
-				if errors.Is(err, ErrOtherStream) || errors.Is(err, ErrOtherFunction) || errors.Is(err, ErrRangeRefused) {
-					refused++ // not the mapping's: FailureMessageRefused, as for a message
+				if errors.Is(err, ErrOtherStream) || errors.Is(err, ErrOtherFunction) || errors.Is(err, ErrRangeRefused) ||
+					errors.Is(err, ErrOtherBucket) || errors.Is(err, ErrNotATestEvent) {
+					refused++ // not the mapping's or the failure bucket's: FailureMessageRefused, as for a message
 				}
 				fail("S3 notification on the failure queue not accounted for: it will be retried or left for the dead-letter queue", "error", err)
 			}

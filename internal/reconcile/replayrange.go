@@ -85,6 +85,10 @@ func (r *Reconciler) replayRange(ctx context.Context, shardID, from, to string, 
 	}
 	if info.startingSeq != "" {
 		if seqnum.Compare(to, info.startingSeq) < 0 {
+			if fr != nil {
+				rep.Refused = "the range lies below the shard's starting sequence number: the shard never held it, so the mapping cannot have given it up"
+				return rep, nil
+			}
 			rep.Accounted = true // the whole range lies below the shard's first sequence number
 			return rep, nil
 		}
@@ -95,7 +99,7 @@ func (r *Reconciler) replayRange(ctx context.Context, shardID, from, to string, 
 	var b *givenUpBounds
 	if fr != nil {
 		var done bool
-		if b, done, err = r.givenUpBounds(ctx, info, from, to, fr.Lanes); err != nil || done {
+		if b, done, err = r.givenUpBounds(ctx, info, from, to, fr.Lanes, fr.LaneKey); err != nil || done {
 			rep.Accounted = err == nil
 			return rep, err
 		}
@@ -161,6 +165,14 @@ func (r *Reconciler) replayRange(ctx context.Context, shardID, from, to string, 
 					return rep, fmt.Errorf("reconcile: count expired span of %s: watermark not advanced", shardID)
 				}
 				lost = nil
+			} else if b != nil && b.laneKnown {
+				// Only the batch's lane is replayed: the watermark must not pass the other
+				// lanes' records after the span. The span is counted now, in place; whoever
+				// passes it later (the scheduled pass) finds it counted.
+				if err := r.countLoss(ctx, shard, &rep.ShardReport, *lost); err != nil {
+					return rep, err
+				}
+				lost = nil
 			}
 		}
 		var page []types.Record
@@ -173,8 +185,9 @@ func (r *Reconciler) replayRange(ctx context.Context, shardID, from, to string, 
 			page = append(page, rec)
 		}
 		if b != nil && lost == nil {
-			// With a span lost at the range's start every lane is replayed: the advance that
-			// counts the span passes every record up to it.
+			// With a span lost at the range's start every lane is replayed (unless the lane is
+			// known: the span is then counted in place): the advance that counts the span passes
+			// every record up to it.
 			if page, rep.Refused = b.keep(page, from); rep.Refused != "" {
 				return rep, nil
 			}
@@ -278,6 +291,12 @@ type FailedRange struct {
 	ShardID, From, To string
 	// Lanes is the mapping's ParallelizationFactor (0 or 1: one lane).
 	Lanes int
+	// LaneKey, when not "", is the partition key of a record of the batch (an S3 destination's
+	// object holds them): it names the batch's lane even when the range's first record is not
+	// held or the range's start expired. Then only that lane is ever replayed, and a span
+	// expired at the range's start is counted without a watermark move (the advance that
+	// passes it would pass the other lanes' records the replay leaves to them).
+	LaneKey string
 }
 
 // MaxGivenUpBatch bounds the records of one lane a given-up range can hold past the checkpoint
@@ -291,15 +310,16 @@ const MaxGivenUpBatch = 10000
 //
 //   - Records at or below the verified watermark are accounted for: the read starts after it,
 //     and a range wholly at or below it is accounted for at once.
+//   - A range wholly below the shard's starting sequence number was never the shard's: refused.
 //   - Under STARTING_POSITION LATEST, on a shard without a checkpoint of its own (the scope rule
 //     of the scheduled pass, scope.go), a record that arrived before the group's scope start was
 //     never the group's: a range naming one is refused.
 //   - With ParallelizationFactor > 1 only the records of the batch's lane are replayed: a lane
 //     is the mapping's partition-key hashing (lanes.Of) and the batch is one lane, so the lane
-//     of the range's first record names it. The other lanes' records in the range were not
-//     given up; replaying them could apply a later record of a key before that lane applies an
-//     earlier one. (If the range's first record is gone, or the range's start expired, every
-//     lane is replayed.)
+//     of the range's first record names it (or FailedRange.LaneKey). The other lanes' records
+//     in the range were not given up; replaying them could apply a later record of a key before
+//     that lane applies an earlier one. (Without a LaneKey, if the range's first record is
+//     gone, or the range's start expired, every lane is replayed.)
 //   - Past the checkpoint mirror: the mapping gives a lane's batches up in order, and the
 //     checkpoint mirror moves with every batch the consumer finishes, so a range that starts
 //     past the checkpoint continues from it: every record of its lane between the checkpoint
@@ -323,6 +343,7 @@ type givenUpBounds struct {
 	scope      time.Time // records that arrived before it are not the group's (zero: none)
 	tail       time.Time // records that arrived before it are a due tail
 	lane       int       // the batch's lane; -1: every lane
+	laneKnown  bool      // the lane is FailedRange.LaneKey's: it holds whatever expired
 	lanes      int
 	filter     *filter.Filter
 	shardID    string
@@ -331,7 +352,7 @@ type givenUpBounds struct {
 
 // givenUpBounds reads the shard's state and the range's first record. done is true when the
 // whole range is at or below the verified watermark.
-func (r *Reconciler) givenUpBounds(ctx context.Context, info shardInfo, from, to string, lanesN int) (b *givenUpBounds, done bool, _ error) {
+func (r *Reconciler) givenUpBounds(ctx context.Context, info shardInfo, from, to string, lanesN int, laneKey string) (b *givenUpBounds, done bool, _ error) {
 	states, err := r.cps.List(ctx, r.cfg.Group, r.cfg.Stream)
 	if err != nil {
 		return nil, false, fmt.Errorf("reconcile: list checkpoints: %w", err)
@@ -367,7 +388,10 @@ func (r *Reconciler) givenUpBounds(ctx context.Context, info shardInfo, from, to
 			b.prefix = "" // the watermark is inside the range: nothing before it to check
 		}
 	}
-	if lanesN > 1 {
+	switch {
+	case lanesN > 1 && laneKey != "":
+		b.lane, b.laneKnown = lanes.Of(laneKey, lanesN), true
+	case lanesN > 1:
 		b.lane = r.laneAt(ctx, info, from, lanesN)
 	}
 	return b, false, nil

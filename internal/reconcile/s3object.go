@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,7 +42,8 @@ func WithFailureBucket(client objectAPI, bucket string) HandlerOption {
 }
 
 // Errors of the object path; each leaves the message for the failure queue's dead-letter queue
-// (refused, logged at ERROR, never applied).
+// (refused, logged at ERROR, never applied). All but ErrNoFailureBucket and ErrObjectTooLarge are
+// counted in FailureMessageRefused: the message is not one the mapping or the failure bucket sent.
 var (
 	ErrNoFailureBucket = errors.New("reconcile: S3 notification on the failure queue but no failure bucket is configured")
 	ErrOtherBucket     = errors.New("reconcile: S3 notification names another bucket than the failure bucket")
@@ -49,7 +51,33 @@ var (
 	ErrOtherStream     = errors.New("reconcile: on-failure object names another stream")
 	ErrOtherFunction   = errors.New("reconcile: on-failure object names another function than the mapping's")
 	ErrRangeRefused    = errors.New("reconcile: on-failure range refused: not one the mapping can have given up")
+	ErrNotATestEvent   = errors.New("reconcile: body with an S3 test event's Event carries other fields")
 )
+
+// testEventFields are the fields of the test message S3 sends to a destination when a
+// bucket's event notification is configured (Amazon S3 User Guide, "Event message structure":
+// https://docs.aws.amazon.com/AmazonS3/latest/userguide/notification-content-structure.html).
+var testEventFields = []string{"Service", "Event", "Time", "Bucket", "RequestId", "HostId"}
+
+// checkTestEvent accepts an S3 test event only with the documented fields alone, naming the
+// failure bucket: anything else that says "s3:TestEvent" (a range or Records with it, another
+// bucket's test event) is refused, never deleted as a test event.
+func (h *Handler) checkTestEvent(body string) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &fields); err != nil {
+		return fmt.Errorf("%w: %v", onfailure.ErrMalformed, err)
+	}
+	for name := range fields {
+		if !slices.Contains(testEventFields, name) {
+			return fmt.Errorf("%w: %q", ErrNotATestEvent, name)
+		}
+	}
+	var bucket string
+	if err := json.Unmarshal(fields["Bucket"], &bucket); err != nil || h.objects == nil || bucket != h.failureBucket {
+		return fmt.Errorf("%w: S3 test event of bucket %q (failure bucket %q)", ErrOtherBucket, bucket, h.failureBucket)
+	}
+	return nil
+}
 
 // handleObjectNotification consumes one failure-queue message that is an S3 event notification.
 // It returns nil when every object it names is accounted for (the message may be deleted).
@@ -57,6 +85,9 @@ func (h *Handler) handleObjectNotification(ctx context.Context, msg events.SQSMe
 	objs, err := onfailure.ParseS3Notification([]byte(msg.Body))
 	switch {
 	case errors.Is(err, onfailure.ErrTestEvent):
+		if err := h.checkTestEvent(msg.Body); err != nil {
+			return err
+		}
 		h.log.InfoContext(ctx, "S3 test event on the failure queue (the bucket's notification was configured)", "message_id", msg.MessageId, "group", h.r.cfg.Group)
 		return nil
 	case err != nil:
@@ -142,16 +173,19 @@ func (h *Handler) readObject(ctx context.Context, key string) (onfailure.Message
 // re-read from the stream (ReplayRange); the object's records are only a fallback, replayed
 // when the stream no longer has them, then idempotently. When the stream has trimmed it, the
 // object's records are replayed first, in sequence order (ReplayObjectRecords: the ledger skips
-// those already done), and then ReplayRange accounts for the rest of the range: later records
-// still held, already in the ledger when they were the object's, and any span expired around
-// the object's records, which it counts as a span whose records may be lost. The object proves
+// those already done), and then ReplayFailed accounts for the rest of the range, of the
+// object's lane only (FailedRange.LaneKey): later records still held, already in the ledger
+// when they were the object's, and any span expired around the object's records, which it
+// counts as a span whose records may be lost (in place: the watermark does not pass the other
+// lanes' records, which are left to their lanes). The object proves
 // what its records were, not that no other record of the shard lay between the verified
 // watermark and the range (other lanes' records, records dropped unseen): that span keeps its
 // LostToRetention count and alarm, but the records the object holds are processed.
 //
 // While the stream holds the range it is replayed as an SQS message's (ReplayFailed, with the
 // mapping's ParallelizationFactor lanes): after the watermark, within the scope, bounded by the
-// checkpoint, and only its batch's lane; a refusal is RangeReport.Refused.
+// checkpoint, and only its batch's lane (the object's, also when the start expires during the
+// read); a refusal is RangeReport.Refused.
 func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lanes int) (RangeReport, error) {
 	b := m.KinesisBatchInfo
 	trimmed, gone, err := r.trimmedAt(ctx, b.ShardID, b.StartSequenceNumber)
@@ -175,10 +209,25 @@ func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lane
 			"end_sequence_number", b.EndSequenceNumber, "records_in_object", len(m.Payload.Records))
 		return r.ReplayObjectRecords(ctx, m)
 	}
+	// Only the object's lane is replayed from the stream, whatever expired: the object's records
+	// are one batch of one lane, so any of their partition keys names it.
+	fr := FailedRange{ShardID: b.ShardID, From: b.StartSequenceNumber, To: b.EndSequenceNumber, Lanes: lanes, LaneKey: objectLaneKey(m)}
+	// The object's own records pass ReplayFailed's rules before any is applied: once the stream
+	// has trimmed them they are all there is to judge.
+	if refused, err := r.objectRefusal(ctx, m, fr); err != nil || refused != "" {
+		return RangeReport{ShardReport: ShardReport{ShardID: b.ShardID}, Refused: refused}, err
+	}
 	if !trimmed {
-		rep, err := r.ReplayFailed(ctx, FailedRange{ShardID: b.ShardID, From: b.StartSequenceNumber, To: b.EndSequenceNumber, Lanes: lanes})
-		if err != nil || rep.LostSpans == 0 || rep.Refused != "" {
+		rep, err := r.ReplayFailed(ctx, fr)
+		if err != nil || rep.Refused != "" {
 			return rep, err
+		}
+		if rep.LostSpans == 0 {
+			// No span counted by this read; the stream may still have trimmed the range's start
+			// meanwhile (a scheduled pass counting the span first): look again.
+			if trimmed, _, err = r.trimmedAt(ctx, b.ShardID, b.StartSequenceNumber); err != nil || !trimmed {
+				return rep, err
+			}
 		}
 		// The stream trimmed the range between the look and the read: the object still has
 		// the records (processed after the held ones: per-key order is not guaranteed here).
@@ -196,9 +245,48 @@ func (r *Reconciler) ReplayObject(ctx context.Context, m onfailure.Message, lane
 	if err != nil || !orep.Accounted {
 		return orep, err
 	}
-	rep, err := r.ReplayRange(ctx, b.ShardID, b.StartSequenceNumber, b.EndSequenceNumber)
+	rep, err := r.ReplayFailed(ctx, fr)
 	rep.add(orep.ShardReport)
 	return rep, err
+}
+
+// objectRefusal applies ReplayFailed's rules (givenUpBounds, keep) to the object's own records:
+// why the range is refused, or "" when it is not.
+func (r *Reconciler) objectRefusal(ctx context.Context, m onfailure.Message, fr FailedRange) (string, error) {
+	page, err := objectPage(m)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := r.budget(ctx)
+	defer cancel()
+	shards, err := listShards(ctx, r.kin, r.cfg.Stream, r.cfg.StreamARN)
+	if err != nil {
+		return "", err
+	}
+	info := shardInfo{id: fr.ShardID}
+	for _, sh := range shards {
+		if sh.id == fr.ShardID {
+			info = sh
+		}
+	}
+	if info.startingSeq != "" && seqnum.Compare(fr.To, info.startingSeq) < 0 {
+		return "the range lies below the shard's starting sequence number: the shard never held it, so the mapping cannot have given it up", nil
+	}
+	b, done, err := r.givenUpBounds(ctx, info, fr.From, fr.To, fr.Lanes, fr.LaneKey)
+	if err != nil || done {
+		return "", err
+	}
+	b.lane = -1 // the object is its batch: every record of it is of the batch's lane
+	_, refused := b.keep(page, fr.From)
+	return refused, nil
+}
+
+// objectLaneKey is the partition key of the object's first record ("" when it holds none).
+func objectLaneKey(m onfailure.Message) string {
+	if m.Payload == nil || len(m.Payload.Records) == 0 {
+		return ""
+	}
+	return m.Payload.Records[0].Kinesis.PartitionKey
 }
 
 // trimmedAt reports whether Kinesis refuses AT_SEQUENCE_NUMBER seq as older than the trim
@@ -231,17 +319,9 @@ func (r *Reconciler) ReplayObjectRecords(ctx context.Context, m onfailure.Messag
 	if err := (recordid.Shard{Group: r.cfg.Group, Stream: r.cfg.Stream, ShardID: b.ShardID}).Validate(); err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrInvalidRange, err)
 	}
-	if m.Payload == nil || len(m.Payload.Records) == 0 {
-		return rep, fmt.Errorf("%w: the object holds no records", ErrInvalidRange)
-	}
-	page := make([]types.Record, 0, len(m.Payload.Records))
-	for _, er := range m.Payload.Records {
-		k := er.Kinesis
-		if err := seqnum.Validate(k.SequenceNumber); err != nil {
-			return rep, fmt.Errorf("%w: %v", ErrInvalidRange, err)
-		}
-		page = append(page, types.Record{SequenceNumber: aws.String(k.SequenceNumber), PartitionKey: aws.String(k.PartitionKey),
-			Data: k.Data, ApproximateArrivalTimestamp: aws.Time(k.ApproximateArrivalTimestamp.Time)})
+	page, err := objectPage(m)
+	if err != nil {
+		return rep, err
 	}
 	ctx, cancel := r.budget(ctx)
 	defer cancel()
@@ -258,4 +338,21 @@ func (r *Reconciler) ReplayObjectRecords(ctx context.Context, m onfailure.Messag
 	r.report(b.ShardID, page, &rep.ShardReport)
 	rep.Accounted = true
 	return rep, nil
+}
+
+// objectPage is the object's records as a page read from the stream would hold them.
+func objectPage(m onfailure.Message) ([]types.Record, error) {
+	if m.Payload == nil || len(m.Payload.Records) == 0 {
+		return nil, fmt.Errorf("%w: the object holds no records", ErrInvalidRange)
+	}
+	page := make([]types.Record, 0, len(m.Payload.Records))
+	for _, er := range m.Payload.Records {
+		k := er.Kinesis
+		if err := seqnum.Validate(k.SequenceNumber); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidRange, err)
+		}
+		page = append(page, types.Record{SequenceNumber: aws.String(k.SequenceNumber), PartitionKey: aws.String(k.PartitionKey),
+			Data: k.Data, ApproximateArrivalTimestamp: aws.Time(k.ApproximateArrivalTimestamp.Time)})
+	}
+	return page, nil
 }
