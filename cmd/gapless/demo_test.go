@@ -80,7 +80,7 @@ func TestDemoRejectsBadSettingsBeforeStartingAnything(t *testing.T) {
 		{[]string{"--transient", "2"}, "transient 2"},
 		{[]string{"--parallelization", "11"}, "parallelization 11"},
 		{[]string{"--runtime", "docker"}, `runtime "docker"`},
-		{[]string{"--records", "x"}, `invalid value "x" for flag -records`},
+		{[]string{"--records", "x"}, `invalid value "x" for flag --records`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--variants", "gapless,bare"}, `unknown variant "bare"`},
 		{[]string{"--variants", ""}, `variants: none given`},
