@@ -83,7 +83,7 @@ func dynamoCalls(t *testing.T, dir string) (state, service map[string][]string) 
 // TestEveryDynamoDBCallIsGranted, for every SAM template of the repository, reads the source
 // of every package the template's functions link and checks that each DynamoDB operation
 // gapless calls is granted to both functions on both state tables, and each one the service's
-// own code calls is granted to both on some resource: a call the role does not allow fails
+// own code calls is granted to both on a table other than gapless's: a call the role does not allow fails
 // with AccessDenied only on AWS, never on the local stack, whose emulators enforce no IAM. (It
 // found marker Unmark's DeleteItem, which no role granted: on AWS every released marker would
 // have stayed behind.)
@@ -104,8 +104,9 @@ func TestEveryDynamoDBCallIsGranted(t *testing.T) {
 				}
 			}
 			for _, action := range slices.Sorted(maps.Keys(service)) {
-				if len(got[action]) == 0 {
-					t.Errorf("%s: %s is called by the service (%s) but not granted", fn, action,
+				others := slices.DeleteFunc(slices.Clone(got[action]), func(r string) bool { return r == "CheckpointTable.Arn" || r == "LedgerTable.Arn" })
+				if len(others) == 0 {
+					t.Errorf("%s: %s is called by the service (%s) but not granted on a table of its own", fn, action,
 						strings.Join(slices.Compact(slices.Sorted(slices.Values(service[action]))), ", "))
 				}
 			}
