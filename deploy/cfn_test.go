@@ -250,3 +250,96 @@ func mentions(n *yaml.Node, name string) bool {
 	}
 	return false
 }
+
+// samTemplates finds every SAM application of the repository: each template.yaml or
+// template.yml under the root that declares the Serverless transform, outside dependency and
+// build trees (node_modules, .aws-sam, .git) and test fixtures (testdata, which the go tool
+// ignores too). Paths are relative to the root, in walk order; template.yaml comes first.
+func samTemplates(t *testing.T) []string {
+	t.Helper()
+	root := repoRoot(t)
+	var out []string
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case "node_modules", ".aws-sam", ".git", "testdata":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if ok, _ := filepath.Match("template.y*ml", d.Name()); !ok {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "AWS::Serverless-2016-10-31") {
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			out = append(out, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortStableFunc(out, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
+	if len(out) < 2 || out[0] != "template.yaml" {
+		t.Fatalf("SAM templates found: %v; want template.yaml and the examples'", out)
+	}
+	return out
+}
+
+// forEachTemplate runs f as a subtest for every SAM template of the repository.
+func forEachTemplate(t *testing.T, f func(t *testing.T, path string, c *cfn)) {
+	t.Helper()
+	for _, rel := range samTemplates(t) {
+		t.Run(rel, func(t *testing.T) {
+			f(t, rel, loadCFN(t, filepath.Join(repoRoot(t), rel)))
+		})
+	}
+}
+
+// functionStatements returns every policy statement that applies to function fn, !If branches
+// expanded: those of its Role (!GetAtt R.Arn, an AWS::IAM::Role of the template) and the
+// Statement lists of its SAM Policies. A SAM policy template or managed policy name cannot be
+// read here and fails the test.
+func (c *cfn) functionStatements(fn string) []*yaml.Node {
+	c.t.Helper()
+	var out []*yaml.Node
+	if role := getAtt(c.prop(fn, "Role")); role != "" {
+		out = append(out, c.statements(strings.TrimSuffix(role, ".Arn"))...)
+	}
+	if pols := c.prop(fn, "Policies"); pols != nil {
+		for _, p := range alternatives(pols) {
+			for _, pol := range p.Content {
+				st := get(pol, "Statement")
+				if st == nil {
+					c.t.Errorf("%s: Policies entry is not a {Statement: [...]} document; its grants cannot be checked", fn)
+					continue
+				}
+				for _, s := range st.Content {
+					out = append(out, alternatives(s)...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// granted is what the statements allow: action -> resource targets (see targets).
+func granted(statements []*yaml.Node) grants {
+	g := grants{}
+	for _, s := range statements {
+		if scalar(get(s, "Effect")) == "Allow" {
+			g.add(stringList(get(s, "Action")), targets(get(s, "Resource"))...)
+		}
+	}
+	return g
+}

@@ -56,7 +56,7 @@ const MetricsEventCount = "EventCount"
 var Checks = []Check{
 	{
 		ID: "mapping.missing", Level: Error,
-		Fix: "give the consumer function a Kinesis event (template.yaml ConsumerFunction Events.Stream) or create its event-source mapping",
+		Fix: "give the consumer function an event of Type: Kinesis on the stream (gapless's template.yaml: ConsumerFunction Events.Stream), or create its event-source mapping",
 		Eval: func(d *Deployment) string {
 			if d.Mapping == nil {
 				return "the consumer has no Kinesis event-source mapping: nothing reads the stream"
@@ -117,7 +117,7 @@ var Checks = []Check{
 	},
 	{
 		ID: "mapping.on-failure-not-consumed", Level: Error,
-		Fix: "give the reconciler an SQS event on the mapping's on-failure queue (template.yaml ReconcilerFunction Events.FailureQueue), or point the destination at the queue it consumes",
+		Fix: "give the reconciler function an event of Type: SQS on the mapping's on-failure queue (gapless's template.yaml: ReconcilerFunction Events.FailureQueue), or point the destination at the queue it consumes",
 		Eval: mappingCheck(func(m *Mapping, d *Deployment) string {
 			if m.OnFailureBucket != "" {
 				return s3DestinationNotConsumed(m, d)
@@ -142,7 +142,7 @@ var Checks = []Check{
 	},
 	{
 		ID: "mapping.metrics-off", Level: Error,
-		Fix: "set MetricsConfig: {Metrics: [EventCount]} on the mapping (template.yaml ConsumerFunction Events.Stream; live: aws lambda update-event-source-mapping --uuid <uuid> --metrics-config Metrics=EventCount)",
+		Fix: "set MetricsConfig: {Metrics: [EventCount]} in the Properties of the consumer function's Kinesis event (live: aws lambda update-event-source-mapping --uuid <uuid> --metrics-config Metrics=EventCount)",
 		Eval: mappingCheck(func(m *Mapping, _ *Deployment) string {
 			if !slices.Contains(m.Metrics, MetricsEventCount) {
 				return "the mapping has no MetricsConfig EventCount: Lambda emits none of its own counts (DroppedEventCount among them), so nothing alarms on records the mapping itself dropped"
@@ -243,7 +243,7 @@ var Checks = []Check{
 	},
 	{
 		ID: "alarms.missing", Level: Error,
-		Fix: "deploy the alarms of template.yaml (LostToRetentionAlarm, VerifiedLagAlarm, LedgerWriteFailuresAlarm, ConsumerIteratorAgeAlarm, DestinationDeliveryFailuresAlarm, MappingDroppedEventsAlarm, ParkedRefusedAlarm, FailureMessageRefusedAlarm, RecordsOfAnotherStreamAlarm)",
+		Fix: "add an AWS::CloudWatch::Alarm on each <namespace>/<metric> named, with an alarm action (gapless's template.yaml has one per metric, e.g. LostToRetentionAlarm on Gapless/LostToRetention, MappingDroppedEventsAlarm on AWS/Lambda/DroppedEventCount, ParkedRefusedAlarm on Gapless/ParkedRefused)",
 		Eval: func(d *Deployment) string {
 			if !d.AlarmsKnown {
 				return ""
@@ -294,7 +294,7 @@ var Checks = []Check{
 	},
 	{
 		ID: "ledger.ttl-off", Level: Warning,
-		Fix: "enable TTL on the ledger table on attribute " + schema.TTLAttribute + " (template.yaml LedgerTable TimeToLiveSpecification)",
+		Fix: "enable TTL on the ledger table on attribute " + schema.TTLAttribute + " (the ledger table's TimeToLiveSpecification)",
 		Eval: func(d *Deployment) string {
 			if !d.LedgerTTLKnown || d.LedgerTTLAttribute == schema.TTLAttribute {
 				return ""
