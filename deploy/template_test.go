@@ -657,6 +657,9 @@ func wantGrants(c *cfn, path string) map[string]grants {
 				if strings.Contains(tg, "/"+process.KeyPrefix) && get(c.root, "Resources", "TargetQueue") == nil {
 					declared = false
 				}
+				if tg == "=*" { // the trace writes: only a template with the Tracing parameter
+					declared = get(c.root, "Parameters", "Tracing") != nil
+				}
 				if declared {
 					want[role].add([]string{a}, tg)
 				}
@@ -704,8 +707,17 @@ func gaplessGrants() map[string]grants {
 	// reads parked payloads back.
 	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}, "ParkedQueue.Arn")
 	reconciler.add([]string{"s3:GetObject"}, "sub:${PayloadBucket.Arn}/"+park.KeyPrefix+"*")
+	// Tracing=Active: both functions write traces (tracingWrite, on "*" only).
+	consumer.add(tracingWrite, "=*")
+	reconciler.add(tracingWrite, "=*")
 	return map[string]grants{"ConsumerRole": consumer, "ReconcilerRole": reconciler}
 }
+
+// tracingWrite are the X-Ray actions an actively traced function's role needs: the Lambda
+// developer guide, "Visualize Lambda function invocations using AWS X-Ray" (services-xray), and
+// the Service Authorization Reference for AWS X-Ray, which gives them no resource type (so "*").
+// They are granted only under the TracingActive condition (TestTracingGrantsOnlyWhenActive).
+var tracingWrite = []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}
 
 // starOnly lists actions that accept only Resource "*": the Service Authorization Reference
 // (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonkinesisdatastreams.html)
@@ -776,7 +788,7 @@ func checkLeastPrivilege(t *testing.T, path string, c *cfn) {
 					star := !prefixed && (r == "=*" || (strings.HasPrefix(r, "=") || strings.HasPrefix(r, "sub:")) && strings.Contains(r, "*"))
 					if star {
 						for _, a := range actions {
-							if _, ok := starOnly[a]; !ok {
+							if _, ok := starOnly[a]; !ok && !slices.Contains(tracingWrite, a) {
 								t.Errorf("%s on %q: resource \"*\" is reserved for actions without a resource type", a, r)
 							}
 						}
@@ -935,5 +947,34 @@ func TestFailureBucket(t *testing.T) {
 	}
 	if !s3Allow {
 		t.Errorf("FailureQueuePolicy must let s3.amazonaws.com send the failure bucket's notifications (aws:SourceArn the bucket) when OnFailureDestination is S3")
+	}
+}
+
+// TestTracingGrantsOnlyWhenActive: the X-Ray writes ("*": they have no resource type) are in
+// each role only under the TracingActive condition, so a stack without tracing grants none.
+func TestTracingGrantsOnlyWhenActive(t *testing.T) {
+	c := loadTemplate(t)
+	if get(c.root, "Globals", "Function", "Tracing") == nil {
+		t.Fatal("Globals.Function.Tracing is not set from the Tracing parameter")
+	}
+	for _, role := range c.resourcesOfType("AWS::IAM::Role") {
+		found := false
+		for _, pol := range c.prop(role, "Policies").Content {
+			for _, st := range get(pol, "PolicyDocument", "Statement").Content {
+				cond, a, _, isIf := ifArgs(st)
+				for _, alt := range alternatives(st) {
+					if !slices.ContainsFunc(stringList(get(alt, "Action")), func(x string) bool { return strings.HasPrefix(x, "xray:") }) {
+						continue
+					}
+					if !isIf || cond != "TracingActive" || alt != a {
+						t.Errorf("%s: X-Ray actions granted outside !If [TracingActive, ...]", role)
+					}
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no X-Ray grant under TracingActive", role)
+		}
 	}
 }
