@@ -125,10 +125,12 @@ type variant struct {
 
 	fnDDB, fnSQS, recDDB, recSQS *faultproxy.Proxy
 	// trim gives the stream its retention under --expire (nil otherwise); heldShard is the shard
-	// whose invocations are held until heldUntil.
-	trim      *retention.Proxy
-	heldShard string
-	heldUntil time.Time
+	// whose invocations are held until heldUntil; the reconciler does not run before
+	// reconcilerDownUntil (expire.go).
+	trim                *retention.Proxy
+	heldShard           string
+	heldUntil           time.Time
+	reconcilerDownUntil time.Time
 	// raceSQS is the racing mapping's consumer's SQS proxy: its own, so the taps tell which
 	// mapping sent a record.
 	raceSQS           *faultproxy.Proxy
@@ -613,6 +615,7 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),
 		settleAfter: cfg.SettleAfter, maxRecordAge: cfg.MaxRecordAge, chaos: cfg.chaosConfig(chaosState), log: v.log,
 		decidesTable: v.decidesTable(), filter: cfg.Filter, failureBucket: v.failureBucket,
+		consumerFunction: functionName, lanes: cfg.Parallelization,
 	}
 }
 

@@ -99,8 +99,12 @@ func (v *variant) verifiedShards(ctx context.Context) (ok, n int, err error) {
 				ok++
 			}
 		case st.Checkpoint == "":
-			if v.writes.countIn(s.id) == 0 {
-				ok++ // nothing was ever written to it
+			// No consumer invocation ever completed on it: nothing was written to it, or the
+			// mapping gave up every record it holds (--expire) and the reconciler's watermark
+			// has passed the last of them.
+			last := v.writes.lastIn(s.id)
+			if last == "" || (st.Watermark != "" && seqnum.Compare(st.Watermark, last) >= 0) {
+				ok++
 			}
 		case st.Watermark != "" && seqnum.Compare(st.Watermark, st.Checkpoint) >= 0:
 			ok++
