@@ -62,7 +62,7 @@ func (v *variant) startRetention(ctx context.Context) error {
 	throttleFor := cfg.MaxRecordAge + throttleWindow
 	now := time.Now()
 	v.mu.Lock()
-	v.trim, v.heldShard, v.heldUntil, v.reconcilerDownUntil = p, held, now.Add(throttleFor), now.Add(trimFor)
+	v.trim, v.heldShard, v.heldUntil, v.trimUntil = p, held, now.Add(throttleFor), now.Add(trimFor)
 	v.mu.Unlock()
 	release := time.AfterFunc(trimFor, func() { p.SetRetention(0) })
 	go func() {
@@ -89,11 +89,12 @@ func (v *variant) held(shardID string) bool {
 	return shardID == v.heldShard && time.Now().Before(v.heldUntil)
 }
 
-// reconcilerDown reports whether --expire keeps the reconciler from running.
-func (v *variant) reconcilerDown() bool {
+// trimming reports whether the stream's horizon still moves (--expire): until then the
+// reconciler is down, and no variant ends (a record the mapping gave up is not trimmed yet).
+func (v *variant) trimming() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return time.Now().Before(v.reconcilerDownUntil)
+	return time.Now().Before(v.trimUntil)
 }
 
 // kinesisURL is the Kinesis endpoint of the functions: the retention proxy under --expire.

@@ -23,7 +23,7 @@ func (v *variant) scheduleLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if v.reconcilerDown() {
+		if v.trimming() {
 			continue // --expire: the schedule's invocations fail while the reconciler is down
 		}
 		ictx, cancel := context.WithTimeout(ctx, reconcilerTimeout)
@@ -66,7 +66,7 @@ func (v *variant) failureLoop(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		if v.reconcilerDown() {
+		if v.trimming() {
 			// --expire: the function cannot be invoked; its event source leaves the messages
 			// in the queue.
 			if ctxtime.Sleep(ctx, time.Second) != nil {

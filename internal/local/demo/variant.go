@@ -125,12 +125,12 @@ type variant struct {
 
 	fnDDB, fnSQS, recDDB, recSQS *faultproxy.Proxy
 	// trim gives the stream its retention under --expire (nil otherwise); heldShard is the shard
-	// whose invocations are held until heldUntil; the reconciler does not run before
-	// reconcilerDownUntil (expire.go).
-	trim                *retention.Proxy
-	heldShard           string
-	heldUntil           time.Time
-	reconcilerDownUntil time.Time
+	// whose invocations are held until heldUntil; the stream trims until trimUntil, and the
+	// reconciler does not run before (expire.go).
+	trim      *retention.Proxy
+	heldShard string
+	heldUntil time.Time
+	trimUntil time.Time
 	// raceSQS is the racing mapping's consumer's SQS proxy: its own, so the taps tell which
 	// mapping sent a record.
 	raceSQS           *faultproxy.Proxy

@@ -53,7 +53,7 @@ func (v *variant) drained(laneLast map[string]map[int]string) bool {
 // checkpoint mirror, a closed shard to its end). Records above an open shard's mirror can only
 // be in ranges the mapping gave up on, which the failure queue carried to the reconciler.
 func (v *variant) complete(ctx context.Context, laneLast map[string]map[int]string) bool {
-	if !v.drained(laneLast) {
+	if !v.drained(laneLast) || v.trimming() {
 		return false
 	}
 	if !v.gapless {
