@@ -948,8 +948,8 @@ func expireLine(res *Result) string {
 		how = "the SQS destination's messages carry metadata only"
 	}
 	return fmt.Sprintf("retention %s, MaximumRecordAge %s, on-failure %s, %s throttled: gapless's mapping gave up %d batches for their age "+
-		"(%d on-failure deliveries failed), the stream trimmed %d of the records, the reconciler (down until then) replayed %d of them "+
-		"from the mapping's on-failure objects after the trim, and %d were lost to retention (%s; LostToRetention spans counted: %d).",
+		"(%d on-failure deliveries failed), the stream trimmed %d records (every shard's first 10 s, most of them delivered before), "+
+		"the reconciler (down until then) replayed %d of them from the mapping's on-failure objects after the trim, and %d were lost to retention (%s; LostToRetention spans counted: %d).",
 		st.Retention, recordAge(st.MaxRecordAge), st.OnFailure, g.HeldShard, g.Mapping.RecordAgeExceeded, g.Mapping.DestinationDeliveryFailures,
 		g.Trimmed, g.ReplayedAfterTrim, g.LostToRetention, how, g.Reconciler.LostToRetention)
 }
