@@ -133,7 +133,7 @@ type Config struct {
 	Variants []string
 	Runtime  string
 	// Retention is the stream's retention period under Faults.Expire (0: 30s); MaxRecordAge is
-	// capped at half of it. The stream trims for Retention plus 10s from the start of the run
+	// capped at half of it. The stream trims for Retention plus 10s from the start of production
 	// (its records of the first 10 s), then its horizon stops (see expire.go).
 	Retention time.Duration
 	// Timeout bounds each variant's run (0: 10 minutes, plus Duration): every variant has its own.

@@ -9,9 +9,9 @@ import (
 	"github.com/gapless-dev/gapless/internal/local/retention"
 )
 
-// startRetention sets up the --expire fault, on a timeline from the start of the run, with R the
-// retention (Config.Retention) and A the mapping's MaximumRecordAge (capped at R/2 under
-// --expire, Config.withDefaults):
+// startRetention sets up the --expire fault, on a timeline from the start of production
+// (startExpireClock), with R the retention (Config.Retention) and A the mapping's
+// MaximumRecordAge (capped at R/2 under --expire, Config.withDefaults):
 //
 //   - a retention proxy (internal/local/retention) in front of kinesis-local, for every reader of
 //     the stream (the mappings and the reconciler), trims every record older than R until
@@ -56,14 +56,25 @@ func (v *variant) startRetention(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	v.mu.Lock()
+	v.trim, v.heldShard = p, held
+	v.mu.Unlock()
+	return nil
+}
+
+// startExpireClock starts the --expire timeline (see startRetention) as production starts, so
+// that however long the functions took to start, the records of the first seconds are the ones
+// given up and trimmed.
+func (v *variant) startExpireClock(ctx context.Context) {
 	cfg := v.e.cfg
-	p.SetRetention(cfg.Retention)
 	trimFor := cfg.Retention + trimWindow
 	throttleFor := cfg.MaxRecordAge + throttleWindow
 	now := time.Now()
 	v.mu.Lock()
-	v.trim, v.heldShard, v.heldUntil, v.trimUntil = p, held, now.Add(throttleFor), now.Add(trimFor)
+	p, held := v.trim, v.heldShard
+	v.heldUntil, v.trimUntil = now.Add(throttleFor), now.Add(trimFor)
 	v.mu.Unlock()
+	p.SetRetention(cfg.Retention)
 	release := time.AfterFunc(trimFor, func() { p.SetRetention(0) })
 	go func() {
 		<-ctx.Done()
@@ -72,7 +83,6 @@ func (v *variant) startRetention(ctx context.Context) error {
 	v.log.Info("expire: one shard's invocations throttled until its oldest records exceed the mapping's age; the reconciler down until the stream trimmed them",
 		"shard_id", held, "retention", cfg.Retention.String(), "maximum_record_age", cfg.MaxRecordAge.String(),
 		"throttled_for", throttleFor.String(), "trimming_for", trimFor.String(), "reconciler_down_for", trimFor.String())
-	return nil
 }
 
 // Under --expire the mapping gives up the held shard's records of the first throttleWindow

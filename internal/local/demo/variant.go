@@ -364,6 +364,9 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 	v.mu.Lock()
 	v.timeline = append(v.timeline, first)
 	v.mu.Unlock()
+	if v.trim != nil {
+		v.startExpireClock(runCtx)
+	}
 	// The producer is in wg too, so that the racing mapping it starts is counted before any Wait.
 	wg.Go(func() {
 		raced := false
