@@ -765,6 +765,12 @@ func OutcomeChart(vs []*VariantResult) string {
 		{"LOST", "#d62728", func(r *VariantResult) int { return r.Lost }},
 		{"duplicate deliveries", "#7f7f7f", func(r *VariantResult) int { return r.Duplicates }},
 	}
+	subtitle := "each panel has its own scale; lost = produced − delivered − parked"
+	if slices.ContainsFunc(vs, func(r *VariantResult) bool { return r.LostToRetention > 0 || r.ReplayedAfterTrim > 0 }) {
+		// --expire: the records the stream trimmed before anyone delivered them are counted apart.
+		metrics = slices.Insert(metrics, 3, metric{"lost to retention", "#8c564b", func(r *VariantResult) int { return r.LostToRetention }})
+		subtitle = "each panel has its own scale; lost = produced − delivered − parked − lost to retention"
+	}
 	const (
 		pw, top, barH, gap, labelW = 300, 60, 22, 8, 170
 	)
@@ -778,7 +784,7 @@ func OutcomeChart(vs []*VariantResult) string {
 		produced = vs[0].Produced
 	}
 	fmt.Fprintf(&b, `<text x="10" y="22" font-size="15" font-weight="bold">What became of the %d records produced, per variant</text>`+"\n", produced)
-	b.WriteString(`<text x="10" y="42" fill="#555">each panel has its own scale; lost = produced − delivered − parked</text>` + "\n")
+	fmt.Fprintf(&b, `<text x="10" y="42" fill="#555">%s</text>`+"\n", subtitle)
 	for i, v := range vs {
 		y := top + 30 + i*(barH+gap)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" font-weight="bold">%s</text>`+"\n", labelW-8, y+barH/2+4, html.EscapeString(columnTitle[v.Name]))
