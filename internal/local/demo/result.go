@@ -32,6 +32,14 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 	if v.gapless {
 		pp = v.pendingPlaces(ctx)
 	}
+	recSent := map[string]time.Time{} // the reconciler's last send of each record (under --expire)
+	if trimmed != nil {
+		for _, s := range v.sends.all() {
+			if s.source == sourceReconciler && s.at.After(recSent[s.id]) {
+				recSent[s.id] = s.at
+			}
+		}
+	}
 	for _, w := range v.writes.records() {
 		produced[w.id] = true
 		if hasKey(trimmed, w.shard+"|"+w.seq) {
@@ -47,7 +55,7 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 			}
 		case delivered:
 			r.DeliveredUnique++
-			if arrival, ok := trimmed[w.shard+"|"+w.seq]; ok && v.replayedAfterTrim(w.id, arrival) {
+			if arrival, ok := trimmed[w.shard+"|"+w.seq]; ok && v.replayedAfterTrim(w.id, arrival, recSent) {
 				r.ReplayedAfterTrim++
 			}
 			if parked {
@@ -193,20 +201,14 @@ func hasKey[V any](m map[string]V, k string) bool {
 
 // replayedAfterTrim reports whether record id, which arrived in the stream at arrival and was
 // trimmed, first reached the target queue after the stream trimmed it (arrival + the retention,
-// the horizon moving with the retention until it stopped), sent by the reconciler: the stream
-// could no longer serve it, so the reconciler replayed it from the mapping's on-failure object.
-func (v *variant) replayedAfterTrim(id string, arrival time.Time) bool {
+// the horizon moving with the retention until it stopped), sent by the reconciler (recSent: its
+// last send of each record) after the trim: the stream could no longer serve it, so the
+// reconciler replayed it from the mapping's on-failure object.
+func (v *variant) replayedAfterTrim(id string, arrival time.Time, recSent map[string]time.Time) bool {
 	trimmedAt := arrival.Add(v.e.cfg.Retention)
 	at, ok := v.deliveredAt.get(id)
-	if !ok || arrival.IsZero() || at.Before(trimmedAt) {
-		return false
-	}
-	for _, s := range v.sends.all() {
-		if s.id == id && s.source == sourceReconciler && !s.at.Before(trimmedAt) {
-			return true
-		}
-	}
-	return false
+	sent, bySender := recSent[id]
+	return ok && bySender && !arrival.IsZero() && !at.Before(trimmedAt) && !sent.Before(trimmedAt)
 }
 
 // explainLoss adds what the ledger knows about a lost record, to tell a record gapless never
