@@ -72,8 +72,12 @@ type Faults struct {
 	// command: every one must be refused, counted and left in the queue, none applied.
 	ForgeParked int `json:"forge_parked"`
 	// Expire gives the stream a short retention (internal/local/retention in front of kinesis-local,
-	// Config.Retention) and holds one shard's consumer back past it: its oldest records expire
-	// before any invocation. Not in DefaultFaults: it loses records by design.
+	// Config.Retention) and caps the mapping's MaximumRecordAge at half of it; one shard's
+	// invocations are throttled until its records of the first 3 seconds have exceeded that
+	// age, so the mapping gives them up to the on-failure destination (RecordAgeExceeded); the
+	// reconciler is down until the stream has trimmed them. With the SQS destination (metadata
+	// only) they are lost to retention; with the S3 destination the reconciler replays them from
+	// the objects. See expire.go. Not in DefaultFaults: it loses records by design.
 	Expire bool `json:"expire"`
 }
 
@@ -128,8 +132,9 @@ type Config struct {
 	// alone when Baseline is false.
 	Variants []string
 	Runtime  string
-	// Retention is the stream's retention period under Faults.Expire (0: 30s). One shard's
-	// invocations are held for Retention plus 5s from the start of the run.
+	// Retention is the stream's retention period under Faults.Expire (0: 30s); MaxRecordAge is
+	// capped at half of it. The stream trims for Retention plus 10s from the start of production
+	// (its records of the first 10 s), then its horizon stops (see expire.go).
 	Retention time.Duration
 	// Timeout bounds each variant's run (0: 10 minutes, plus Duration): every variant has its own.
 	Timeout time.Duration
@@ -185,6 +190,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Retention <= 0 {
 		c.Retention = 30 * time.Second
+	}
+	if c.Faults.Expire && (c.MaxRecordAge <= 0 || c.MaxRecordAge > c.Retention/2) {
+		// The throttled shard's records must exceed the mapping's age before the stream trims
+		// them (expire.go): with an age at or past the retention the trim always wins, the
+		// mapping discards them silently and no destination ever sees them.
+		c.MaxRecordAge = c.Retention / 2
 	}
 	if c.Faults.SlowFor <= 0 {
 		c.Faults.SlowFor = 2 * c.FunctionTimeout
@@ -267,6 +278,10 @@ func (c Config) Validate() error {
 		return bad("forge-parked %d outside 0..100", f.ForgeParked)
 	case f.Crash+f.Hang > 1:
 		return bad("crash+hang exceeds 1")
+	case f.Expire && c.Retention < 10*time.Second:
+		// The throttled shard's records must exceed MaximumRecordAge (half the retention) well
+		// before the stream trims them (expire.go).
+		return bad("retention %s under --expire: at least 10s", c.Retention)
 	}
 	if _, err := c.recordFilter(); err != nil {
 		return err

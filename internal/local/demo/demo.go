@@ -75,6 +75,9 @@ type Result struct {
 	// LostToRetention: records trimmed from the stream (--expire) before they were delivered
 	// or parked; not in Lost. Exact: the retention proxy knows every record it trimmed.
 	LostToRetention int `json:"lost_to_retention"`
+	// ReplayedAfterTrim: gapless's records trimmed from the stream (--expire) that the
+	// reconciler replayed from the mapping's S3 on-failure objects after the trim.
+	ReplayedAfterTrim int `json:"replayed_after_trim"`
 	// Variants are the variants that ran, in order.
 	Variants []string `json:"variants"`
 	// GapsDetected and GapsReplayed are gapless's reconciler metrics summed over every pass
@@ -185,6 +188,12 @@ type VariantResult struct {
 	// they were delivered or parked (--expire), named in LostToRetentionIDs.
 	LostToRetention    int      `json:"lost_to_retention"`
 	LostToRetentionIDs []string `json:"lost_to_retention_ids,omitempty"`
+	// ReplayedAfterTrim counts the records the stream trimmed (--expire) that first reached the
+	// target queue after the trim, sent by the reconciler: replayed from the mapping's S3
+	// on-failure objects, the only copy left (part of DeliveredUnique).
+	ReplayedAfterTrim int `json:"replayed_after_trim"`
+	// Trimmed counts the produced records the stream trimmed (--expire), whatever became of them.
+	Trimmed int `json:"trimmed"`
 	// HeldShard is the shard whose consumer --expire held back past the retention period.
 	HeldShard string `json:"held_shard,omitempty"`
 	// LostRecords says where the first lost records were in the stream.
@@ -331,18 +340,22 @@ type ProxyFaults struct {
 
 // Settings echoes the configuration in the report.
 type Settings struct {
-	Records           int    `json:"records"`
-	Shards            int    `json:"shards"`
-	Parallelization   int    `json:"parallelization"`
-	Keys              int    `json:"keys"`
-	Rate              int    `json:"rate"`
-	Duration          string `json:"duration"`
-	FunctionTimeout   string `json:"function_timeout"`
-	SettleAfter       string `json:"settle_after"`
-	Reconcile         string `json:"reconcile_every"`
-	BatchSize         int    `json:"batch_size"`
-	RetryAttempts     int    `json:"retry_attempts"`
-	MaxRecordAge      string `json:"max_record_age"` // MaximumRecordAgeInSeconds; 0s: off
+	Records         int    `json:"records"`
+	Shards          int    `json:"shards"`
+	Parallelization int    `json:"parallelization"`
+	Keys            int    `json:"keys"`
+	Rate            int    `json:"rate"`
+	Duration        string `json:"duration"`
+	FunctionTimeout string `json:"function_timeout"`
+	SettleAfter     string `json:"settle_after"`
+	Reconcile       string `json:"reconcile_every"`
+	BatchSize       int    `json:"batch_size"`
+	RetryAttempts   int    `json:"retry_attempts"`
+	MaxRecordAge    string `json:"max_record_age"` // MaximumRecordAgeInSeconds; 0s: off
+	// OnFailure is the mapping's on-failure destination (sqs or s3).
+	OnFailure string `json:"on_failure"`
+	// Retention is the stream's retention under --expire ("" without it).
+	Retention         string `json:"retention,omitempty"`
 	MaxRecordAttempts int    `json:"max_record_attempts"`
 	Bisect            bool   `json:"bisect"`
 	Faults            Faults `json:"faults"`
@@ -470,7 +483,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 		case VariantGapless:
 			res.Gapless = vr
 			res.Produced, res.DeliveredUnique, res.Duplicates = vr.Produced, vr.DeliveredUnique, vr.Duplicates
-			res.Parked, res.Lost, res.LostToRetention = vr.Parked, vr.Lost, vr.LostToRetention
+			res.Parked, res.Lost, res.LostToRetention, res.ReplayedAfterTrim = vr.Parked, vr.Lost, vr.LostToRetention, vr.ReplayedAfterTrim
 			res.GapsDetected, res.GapsReplayed = vr.GapsDetected, vr.GapsReplayed
 			res.ReconcilerReplayed, res.ReconcilerParked = vr.ReconcilerReplayed, vr.ReconcilerParked
 			res.Filtered, res.FilteredProcessed = vr.Filtered, vr.FilteredProcessed
@@ -513,6 +526,20 @@ func (c Config) settings() Settings {
 		Reconcile: c.ReconcileEvery.String(), BatchSize: c.BatchSize, RetryAttempts: c.RetryAttempts,
 		MaxRecordAge:      c.MaxRecordAge.String(),
 		MaxRecordAttempts: c.MaxRecordAttempts, Bisect: c.Bisect, Faults: c.Faults, Chaos: c.chaosConfig("").String(),
-		Backend: c.Backend, Filter: c.Filter,
+		Backend: c.Backend, Filter: c.Filter, OnFailure: c.onFailure(), Retention: c.retention(),
 	}
+}
+
+func (c Config) onFailure() string {
+	if c.OnFailure == "" {
+		return OnFailureSQS
+	}
+	return c.OnFailure
+}
+
+func (c Config) retention() string {
+	if !c.Faults.Expire {
+		return ""
+	}
+	return c.Retention.String()
 }

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -256,10 +257,11 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestDemoExpire: issue 11 item 1. One shard's consumer is held back past a short stream
-// retention (internal/local/retention): the mapping alone loses its oldest records silently; gapless
-// loses the same kind of records (they expired unread) but counts them, exactly and by id, and
-// raises its alarm (a LostToRetention span); nothing else is lost.
+// TestDemoExpire: one shard's invocations are throttled until the mapping gives its oldest
+// records up for their age, to the SQS destination (metadata only), and the stream trims them
+// (internal/local/retention) before the reconciler runs: the mapping alone loses them without a
+// signal; gapless loses the same records but counts them, exactly and by id, and raises its
+// alarm (a LostToRetention span); nothing else is lost.
 func TestDemoExpire(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
@@ -288,5 +290,47 @@ func TestDemoExpire(t *testing.T) {
 	}
 	if !res.OK() || res.LostToRetention != res.Gapless.LostToRetention {
 		t.Errorf("OK %v, lost_to_retention %d", res.OK(), res.LostToRetention)
+	}
+}
+
+// TestDemoExpireReplaysFromS3Object: under --expire with an S3 on-failure destination and no
+// destination fault, the held shard's oldest records are given up by the mapping
+// (MaximumRecordAge) and written to the bucket with their data, the stream trims them, and only
+// then does the reconciler (down until the trim) read the objects: it replays the records from
+// them, so nothing is lost, to retention or otherwise.
+func TestDemoExpireReplaysFromS3Object(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end demo: skipped with -short")
+	}
+	cfg := DefaultConfig()
+	cfg.Records, cfg.Shards, cfg.Parallelization, cfg.Rate = 120, 3, 2, 30 // production takes 4 s
+	cfg.Faults = Faults{Expire: true}
+	cfg.OnFailure = OnFailureS3
+	cfg.Retention = 10 * time.Second
+	cfg.Variants, cfg.Runtime = []string{VariantGapless}, RuntimeInProcess
+	cfg.Timeout = 3 * time.Minute
+	res := runDemo(t, cfg)
+	g := res.Gapless
+	if g == nil {
+		t.Fatal("gapless did not run")
+	}
+	if g.Mapping.RecordAgeExceeded == 0 || g.Mapping.DestinationDeliveryFailures != 0 {
+		t.Errorf("the mapping gave up %d batches for their age (%d not delivered to the bucket); want the held shard's oldest given up to the bucket",
+			g.Mapping.RecordAgeExceeded, g.Mapping.DestinationDeliveryFailures)
+	}
+	if g.Lost != 0 || g.LostToRetention != 0 || g.Pending != 0 {
+		t.Errorf("lost %d, lost to retention %d %v, pending %d: want every record delivered", g.Lost, g.LostToRetention, g.LostToRetentionIDs, g.Pending)
+	}
+	// The records the mapping gave up (the held shard's oldest) were trimmed before the
+	// reconciler ran, and reached the target queue only afterwards, from the reconciler.
+	if g.ReplayedAfterTrim == 0 || g.ReplayedAfterTrim > g.Mapping.RecordsGivenUp || res.ReplayedAfterTrim != g.ReplayedAfterTrim {
+		t.Errorf("replayed after the trim: %d (result %d); given up by the mapping: %d; want at least 1, at most those given up",
+			g.ReplayedAfterTrim, res.ReplayedAfterTrim, g.Mapping.RecordsGivenUp)
+	}
+	if l := expireLine(res); !strings.Contains(l, fmt.Sprintf("replayed %d of them", g.ReplayedAfterTrim)) {
+		t.Errorf("the report's retention line does not give the figure: %q", l)
+	}
+	if !res.OK() {
+		t.Errorf("run not OK (verified %v)", g.Verified)
 	}
 }

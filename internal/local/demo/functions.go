@@ -80,6 +80,12 @@ type functionEnv struct {
 	decidesTable                 string // checkpoint decides: the shared checkpoint's table
 	filter                       string // RECORD_FILTER ("" none)
 	failureBucket                string // FAILURE_BUCKET: the S3 on-failure destination ("" none)
+	// consumerFunction (CONSUMER_FUNCTION_ARN) is the function the mappings invoke, and name in
+	// their on-failure records: the reconciler refuses records naming another function.
+	consumerFunction string
+	// lanes (PARALLELIZATION_FACTOR) is the mappings' ParallelizationFactor: the reconciler
+	// replays a given-up range only in its batch's lane.
+	lanes int
 }
 
 // consumerDeadlineMargin leaves the pipeline this much of the function timeout for its writes.
@@ -403,7 +409,11 @@ func newInProcessGapless(env functionEnv) (*inProcess, error) {
 			reconcile.WithRedrivePayloads(c.s3(env.s3URL)), reconcile.WithRedrivePayloadBucket(schema.PayloadBucket),
 			reconcile.WithRedriveProgress(progress))
 	}
-	recOpts := []reconcile.HandlerOption{reconcile.WithRelease(rc.sqs), reconcile.WithCommands(newRedriver, config.OnParkContinue)}
+	// The handler's options as gapless.NewReconciler sets them from the function's environment
+	// (CONSUMER_FUNCTION_ARN, PARALLELIZATION_FACTOR, FAILURE_BUCKET), over the demo's clients.
+	recOpts := []reconcile.HandlerOption{reconcile.WithRelease(rc.sqs),
+		reconcile.WithConsumerFunction(env.consumerFunction), reconcile.WithLanes(env.lanes),
+		reconcile.WithCommands(newRedriver, config.OnParkContinue)}
 	if env.failureBucket != "" {
 		recOpts = append(recOpts, reconcile.WithFailureBucket(rc.s3(env.s3URL), env.failureBucket))
 	}

@@ -8,9 +8,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/gapless-dev/gapless/internal/ctxtime"
 )
 
-// scheduleLoop invokes the scheduled reconciler pass every ReconcileEvery, one at a time.
+// scheduleLoop invokes the scheduled reconciler pass every ReconcileEvery, one at a time (none
+// while --expire keeps the reconciler down).
 func (v *variant) scheduleLoop(ctx context.Context) {
 	t := time.NewTicker(v.e.cfg.ReconcileEvery)
 	defer t.Stop()
@@ -19,6 +22,9 @@ func (v *variant) scheduleLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if v.trimming() {
+			continue // --expire: the schedule's invocations fail while the reconciler is down
 		}
 		ictx, cancel := context.WithTimeout(ctx, reconcilerTimeout)
 		kill := v.e.cfg.Faults.KillReconciler && v.killsSoFar() == 0
@@ -60,6 +66,14 @@ func (v *variant) failureLoop(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
+		if v.trimming() {
+			// --expire: the function cannot be invoked; its event source leaves the messages
+			// in the queue.
+			if ctxtime.Sleep(ctx, time.Second) != nil {
+				return
+			}
+			continue
+		}
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(v.failureURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 90,
 		})

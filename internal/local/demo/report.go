@@ -116,7 +116,8 @@ func rows(res *Result) [][]string {
 	if res.Settings.Faults.Expire || slices.ContainsFunc(vs, func(r *VariantResult) bool { return r.LostToRetention > 0 }) {
 		out = append(out,
 			same("lost to retention (records, --expire)", func(r *VariantResult) int { return r.LostToRetention }),
-			row("  alarmed: LostToRetention spans", only(num(func(r *VariantResult) int { return r.Reconciler.LostToRetention }), g)))
+			row("  alarmed: LostToRetention spans", only(num(func(r *VariantResult) int { return r.Reconciler.LostToRetention }), g)),
+			row("trimmed, then replayed from S3 on-failure objects", only(num(func(r *VariantResult) int { return r.ReplayedAfterTrim }), g)))
 	}
 	out = append(out, same("records given up by the mapping", func(r *VariantResult) int { return r.Mapping.RecordsGivenUp }))
 	if res.Gapless != nil {
@@ -191,6 +192,9 @@ func Table(res *Result) string {
 	if f := res.ForgedParked; f != nil {
 		fmt.Fprintf(&b, "\nforged parked messages: %s\n", f.Line())
 	}
+	if l := expireLine(res); l != "" {
+		fmt.Fprintf(&b, "\nexpire: %s\n", l)
+	}
 	fmt.Fprintf(&b, "\nreport: %s\n", filepath.Join(res.ReportDir, "report.md"))
 	return b.String()
 }
@@ -231,6 +235,9 @@ func Markdown(res *Result) string {
 	mdRows(&b, header(res), rows(res))
 	if f := res.ForgedParked; f != nil {
 		fmt.Fprintf(&b, "\nForged parked messages (--forge-parked): %s.\n", f.Line())
+	}
+	if l := expireLine(res); l != "" {
+		fmt.Fprintf(&b, "\nStream retention (--expire): %s\n", l)
 	}
 	b.WriteString("\n*lost* = produced − delivered (unique ids at the target queue) − parked (records not delivered whose " +
 		"exact payload is in the parked queue). The mapping alone loses what it gives up (retries exhausted: its " +
@@ -338,10 +345,11 @@ func Markdown(res *Result) string {
 			"records: a pass counts every record it finds missing from the ledger, so a record that keeps failing (a killer, "+
 			"and the records a pass could not finish because of it) counts again on every pass until it is parked; a pass "+
 			"whose runtime died records nothing for the shard it was on\n"+
-			"- spans lost to retention: %d\n- checkpoint mirror writes: %d\n- every shard verified "+
+			"- spans lost to retention: %d\n- records the stream trimmed that the reconciler replayed afterwards, from the "+
+			"mapping's S3 on-failure objects (--expire, --on-failure s3): %d\n- checkpoint mirror writes: %d\n- every shard verified "+
 			"(watermark at the checkpoint mirror, closed shards to their end) before the run ended: %v\n",
 			r.ScheduledRuns, r.ScheduledErrors, r.FailureInvocations, r.FailureMessages, r.FailureDeleted, r.FailureRetried,
-			r.Crashes, g.ReconcilerReplayed, g.ReconcilerParked, g.GapsDetected, g.GapsReplayed, r.LostToRetention, r.CheckpointWrites, g.Verified)
+			r.Crashes, g.ReconcilerReplayed, g.ReconcilerParked, g.GapsDetected, g.GapsReplayed, r.LostToRetention, g.ReplayedAfterTrim, r.CheckpointWrites, g.Verified)
 
 		b.WriteString("\n## DynamoDB (gapless)\n\nRequests counted at the fault proxies (faulted requests and SDK retries included); " +
 			"write units computed from the bodies of the requests that reached DynamoDB with internal/local/ddbmeter's size rules.\n\n" +
@@ -757,6 +765,12 @@ func OutcomeChart(vs []*VariantResult) string {
 		{"LOST", "#d62728", func(r *VariantResult) int { return r.Lost }},
 		{"duplicate deliveries", "#7f7f7f", func(r *VariantResult) int { return r.Duplicates }},
 	}
+	subtitle := "each panel has its own scale; lost = produced − delivered − parked"
+	if slices.ContainsFunc(vs, func(r *VariantResult) bool { return r.LostToRetention > 0 || r.ReplayedAfterTrim > 0 }) {
+		// --expire: the records the stream trimmed before anyone delivered them are counted apart.
+		metrics = slices.Insert(metrics, 3, metric{"lost to retention", "#8c564b", func(r *VariantResult) int { return r.LostToRetention }})
+		subtitle = "each panel has its own scale; lost = produced − delivered − parked − lost to retention"
+	}
 	const (
 		pw, top, barH, gap, labelW = 300, 60, 22, 8, 170
 	)
@@ -770,7 +784,7 @@ func OutcomeChart(vs []*VariantResult) string {
 		produced = vs[0].Produced
 	}
 	fmt.Fprintf(&b, `<text x="10" y="22" font-size="15" font-weight="bold">What became of the %d records produced, per variant</text>`+"\n", produced)
-	b.WriteString(`<text x="10" y="42" fill="#555">each panel has its own scale; lost = produced − delivered − parked</text>` + "\n")
+	fmt.Fprintf(&b, `<text x="10" y="42" fill="#555">%s</text>`+"\n", subtitle)
 	for i, v := range vs {
 		y := top + 30 + i*(barH+gap)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" font-weight="bold">%s</text>`+"\n", labelW-8, y+barH/2+4, html.EscapeString(columnTitle[v.Name]))
@@ -922,4 +936,26 @@ func safetySection(b *strings.Builder, r *VariantResult) {
 	if r.Pending > 0 {
 		fmt.Fprintf(b, "Not in these figures: %d records still pending when the run ended (%s).\n\n", r.Pending, pendingSummary(r.PendingWhere))
 	}
+}
+
+// expireLine says what --expire did to gapless's run ("" without it): what the stream trimmed,
+// and of that what the reconciler replayed from the mapping's S3 on-failure objects afterwards
+// and what was lost to retention.
+func expireLine(res *Result) string {
+	g, st := res.Gapless, res.Settings
+	if !st.Faults.Expire || g == nil {
+		return ""
+	}
+	var how string
+	switch {
+	case st.OnFailure == OnFailureS3:
+		how = "the S3 destination's objects hold their data"
+	default:
+		how = "the SQS destination's messages carry metadata only"
+	}
+	return fmt.Sprintf("retention %s, MaximumRecordAge %s, on-failure %s, %s throttled: gapless's mapping gave up %d batches for their age "+
+		"(%d on-failure deliveries failed), the stream trimmed %d records (every shard's first 10 s, most of them delivered before), "+
+		"the reconciler (down until then) replayed %d of them from the mapping's on-failure objects after the trim, and %d were lost to retention (%s; LostToRetention spans counted: %d).",
+		st.Retention, recordAge(st.MaxRecordAge), st.OnFailure, g.HeldShard, g.Mapping.RecordAgeExceeded, g.Mapping.DestinationDeliveryFailures,
+		g.Trimmed, g.ReplayedAfterTrim, g.LostToRetention, how, g.Reconciler.LostToRetention)
 }

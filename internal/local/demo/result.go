@@ -32,8 +32,19 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 	if v.gapless {
 		pp = v.pendingPlaces(ctx)
 	}
+	recSent := map[string]time.Time{} // the reconciler's last send of each record (under --expire)
+	if trimmed != nil {
+		for _, s := range v.sends.all() {
+			if s.source == sourceReconciler && s.at.After(recSent[s.id]) {
+				recSent[s.id] = s.at
+			}
+		}
+	}
 	for _, w := range v.writes.records() {
 		produced[w.id] = true
+		if hasKey(trimmed, w.shard+"|"+w.seq) {
+			r.Trimmed++
+		}
 		delivered := v.target.Has(w.id)
 		parked := v.parked.Has(w.id)
 		switch {
@@ -44,13 +55,16 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 			}
 		case delivered:
 			r.DeliveredUnique++
+			if arrival, ok := trimmed[w.shard+"|"+w.seq]; ok && v.replayedAfterTrim(w.id, arrival, recSent) {
+				r.ReplayedAfterTrim++
+			}
 			if parked {
 				r.ParkedAndDelivered++
 			}
 		case parked:
 			r.Parked++
 			r.ParkedIDs = append(r.ParkedIDs, w.id)
-		case trimmed[w.shard+"|"+w.seq]:
+		case hasKey(trimmed, w.shard+"|"+w.seq):
 			r.LostToRetention++
 			r.LostToRetentionIDs = append(r.LostToRetentionIDs, w.id)
 		case v.gapless && (cut || pp.where(w) == pendingTail):
@@ -162,9 +176,9 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 }
 
 // trimmedBeforeEnd returns the records the retention proxy trimmed (--expire), keyed
-// "shard|sequence number"; nil without the fault. The horizon stopped moving when the held
-// shard was released, so only records older than the hold's end minus the retention are here.
-func (v *variant) trimmedBeforeEnd(ctx context.Context) map[string]bool {
+// "shard|sequence number", with their arrival times; nil without the fault. The horizon stopped
+// moving at the trim's end (expire.go), so only the records of the run's first seconds are here.
+func (v *variant) trimmedBeforeEnd(ctx context.Context) map[string]time.Time {
 	if v.trim == nil {
 		return nil
 	}
@@ -173,11 +187,28 @@ func (v *variant) trimmedBeforeEnd(ctx context.Context) map[string]bool {
 		v.log.Error("listing the records the stream trimmed failed: they count as lost", "error", err.Error())
 		return nil
 	}
-	out := make(map[string]bool, len(recs))
+	out := make(map[string]time.Time, len(recs))
 	for _, r := range recs {
-		out[r.ShardID+"|"+r.SequenceNumber] = true
+		out[r.ShardID+"|"+r.SequenceNumber] = r.Arrival
 	}
 	return out
+}
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// replayedAfterTrim reports whether record id, which arrived in the stream at arrival and was
+// trimmed, first reached the target queue after the stream trimmed it (arrival + the retention,
+// the horizon moving with the retention until it stopped), sent by the reconciler (recSent: its
+// last send of each record) after the trim: the stream could no longer serve it, so the
+// reconciler replayed it from the mapping's on-failure object.
+func (v *variant) replayedAfterTrim(id string, arrival time.Time, recSent map[string]time.Time) bool {
+	trimmedAt := arrival.Add(v.e.cfg.Retention)
+	at, ok := v.deliveredAt.get(id)
+	sent, bySender := recSent[id]
+	return ok && bySender && !arrival.IsZero() && !at.Before(trimmedAt) && !sent.Before(trimmedAt)
 }
 
 // explainLoss adds what the ledger knows about a lost record, to tell a record gapless never
@@ -229,11 +260,15 @@ func faultCounts(ss ...faultproxy.Stats) ProxyFaults {
 	return f
 }
 
-// countIn is how many records were written to shard.
-func (w *ledgerOfWrites) countIn(shard string) int {
+// lastIn is the sequence number of the last record written to shard ("" none).
+func (w *ledgerOfWrites) lastIn(shard string) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.byShard[shard])
+	seqs := w.byShard[shard]
+	if len(seqs) == 0 {
+		return ""
+	}
+	return seqs[len(seqs)-1]
 }
 
 // outcomeTicks are, per shard, the positions of the records the variant lost or parked (for

@@ -201,6 +201,8 @@ func reconcilerEnv(fe functionEnv) map[string]string {
 		env[config.EnvFailureBucket] = fe.failureBucket
 	}
 	env[config.EnvStreamName] = fe.stream
+	env[config.EnvConsumerFunction] = fe.consumerFunction
+	env[config.EnvParallelizationFactor] = strconv.Itoa(fe.lanes)
 	env[config.EnvSettleAfter] = fe.settleAfter.String()
 	env[config.EnvMaxRecordAge] = maxRecordAgeSeconds(fe.maxRecordAge)
 	env["AWS_LAMBDA_FUNCTION_NAME"] = "ReconcilerFunction"

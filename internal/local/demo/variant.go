@@ -125,10 +125,12 @@ type variant struct {
 
 	fnDDB, fnSQS, recDDB, recSQS *faultproxy.Proxy
 	// trim gives the stream its retention under --expire (nil otherwise); heldShard is the shard
-	// whose invocations are held until heldUntil.
+	// whose invocations are held until heldUntil; the stream trims until trimUntil, and the
+	// reconciler does not run before (expire.go).
 	trim      *retention.Proxy
 	heldShard string
 	heldUntil time.Time
+	trimUntil time.Time
 	// raceSQS is the racing mapping's consumer's SQS proxy: its own, so the taps tell which
 	// mapping sent a record.
 	raceSQS           *faultproxy.Proxy
@@ -362,6 +364,9 @@ func (v *variant) run(ctx context.Context) (*VariantResult, error) {
 	v.mu.Lock()
 	v.timeline = append(v.timeline, first)
 	v.mu.Unlock()
+	if v.trim != nil {
+		v.startExpireClock(runCtx)
+	}
 	// The producer is in wg too, so that the racing mapping it starts is counted before any Wait.
 	wg.Go(func() {
 		raced := false
@@ -613,6 +618,7 @@ func (v *variant) functionEnv(chaosState string) functionEnv {
 		maxRecordAttempts: cfg.MaxRecordAttempts, deadlineMargin: consumerDeadlineMargin(cfg.FunctionTimeout),
 		settleAfter: cfg.SettleAfter, maxRecordAge: cfg.MaxRecordAge, chaos: cfg.chaosConfig(chaosState), log: v.log,
 		decidesTable: v.decidesTable(), filter: cfg.Filter, failureBucket: v.failureBucket,
+		consumerFunction: functionName, lanes: cfg.Parallelization,
 	}
 }
 

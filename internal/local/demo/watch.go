@@ -53,7 +53,7 @@ func (v *variant) drained(laneLast map[string]map[int]string) bool {
 // checkpoint mirror, a closed shard to its end). Records above an open shard's mirror can only
 // be in ranges the mapping gave up on, which the failure queue carried to the reconciler.
 func (v *variant) complete(ctx context.Context, laneLast map[string]map[int]string) bool {
-	if !v.drained(laneLast) {
+	if !v.drained(laneLast) || v.trimming() {
 		return false
 	}
 	if !v.gapless {
@@ -99,8 +99,12 @@ func (v *variant) verifiedShards(ctx context.Context) (ok, n int, err error) {
 				ok++
 			}
 		case st.Checkpoint == "":
-			if v.writes.countIn(s.id) == 0 {
-				ok++ // nothing was ever written to it
+			// No consumer invocation ever completed on it: nothing was written to it, or the
+			// mapping gave up every record it holds (--expire) and the reconciler's watermark
+			// has passed the last of them.
+			last := v.writes.lastIn(s.id)
+			if last == "" || (st.Watermark != "" && seqnum.Compare(st.Watermark, last) >= 0) {
+				ok++
 			}
 		case st.Watermark != "" && seqnum.Compare(st.Watermark, st.Checkpoint) >= 0:
 			ok++
