@@ -330,3 +330,16 @@ func (k *Kinesis) GetRecords(_ context.Context, in *kinesis.GetRecordsInput, _ .
 }
 
 func md5sum(b []byte) [16]byte { return md5.Sum(b) }
+
+// EndingSeq is a closed shard's ending sequence number, as ListShards reports it ("" while the
+// shard is open or unknown).
+func (k *Kinesis) EndingSeq(shardID string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, s := range k.shards {
+		if s.id == shardID && s.end != nil {
+			return s.end.String()
+		}
+	}
+	return ""
+}

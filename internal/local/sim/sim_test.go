@@ -15,7 +15,7 @@ import (
 var (
 	flagSeeds      = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
 	flagDuration   = flag.Duration("sim.duration", 0, "run fresh seeds for this long (wall clock)")
-	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger+", "+MutationDropHold)
+	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger+", "+MutationDropHold+", "+MutationCloseBeforeCount+", "+MutationCountOnDirection)
 	flagBase       = flag.Uint64("sim.base", 0, "first fresh seed (0: from the clock)")
 	flagStride     = flag.Uint64("sim.stride", 1, "fresh seeds are base+offset+i*stride (several processes share one base)")
 	flagOffset     = flag.Uint64("sim.offset", 0, "see -sim.stride")
@@ -113,7 +113,7 @@ func newSummary() *summary {
 	return &summary{byInvariant: map[string]int{}, counts: map[string]int{}, sites: map[string]*SiteStats{}, firstFail: map[string]int{}}
 }
 
-var invariants = []string{"out of order", "lost", "verified past an unaccounted record", "parked with a different payload", "loss not counted", "verified across the trim horizon", "parked message does not decode"}
+var invariants = []string{"out of order", "lost", "verified past an unaccounted record", "parked with a different payload", "loss not counted", "loss counted twice", "verified across the trim horizon", "parked message does not decode"}
 
 // flagOpen names invariants whose breaks are open findings (docs/simulator.md, "Open
 // findings"): a fresh-seed run reports them, with their seeds, without failing. `make sim`
@@ -286,9 +286,7 @@ func TestSim(t *testing.T) {
 			}
 			seed = list[i]
 		}
-		cfg := Defaults(seed)
-		cfg.Mutation = *flagMutation
-		cfg.HoldKey = cfg.HoldKey || cfg.Mutation == MutationDropHold
+		cfg := WithMutation(Defaults(seed), *flagMutation)
 		res := runOne(t, cfg)
 		sum.add(res)
 		if *flagVerbose {
@@ -344,34 +342,55 @@ func TestSimReplaysExactly(t *testing.T) {
 }
 
 // TestSimFindsMutations: with a known defect put back, the simulator reports the invariant the
-// defect breaks within a few runs of fixed seeds.
+// defect breaks within a few runs of fixed seeds. A run counts as finding the defect only if
+// the same run without it (same seed, same shape) does not break that invariant: the shape of a
+// mutation's runs (WithMutation) must not break it by itself.
 func TestSimFindsMutations(t *testing.T) {
 	for _, tc := range []struct {
 		mutation  string
 		invariant []string // any of these
+		detail    string   // the violation must contain it ("" any)
 		budget    int
 	}{
 		// The seed report's consumer skips a batch when it loses the checkpoint race; gapless's
 		// reconciler has no mirror to verify behind, so records are trimmed unseen and uncounted
 		// (with the watermark behind them, or past them).
-		{MutationCheckpointDecides, []string{"loss not counted", "verified across the trim horizon"}, 20},
+		{MutationCheckpointDecides, []string{"loss not counted", "verified across the trim horizon"}, "", 20},
 		// Without in-flight markers no death is ever counted: a killer record is never parked.
-		{MutationDropMarker, []string{"lost"}, 20},
+		{MutationDropMarker, []string{"lost"}, "", 20},
 		// Without key holds a parked record holds nothing: later records of its key are applied.
-		{MutationDropHold, []string{"out of order"}, 20},
+		{MutationDropHold, []string{"out of order"}, "", 20},
+		// A closed shard marked final before its expired span is counted: a pass that dies
+		// between the two writes leaves the span uncounted for good (the shard is never read
+		// again).
+		{MutationCloseBeforeCount, []string{"loss not counted"}, "closed true", 80},
+		// A span counted whenever the watermark moves forward: the failure-queue replay and the
+		// scheduled pass that both find it both count it.
+		{MutationCountOnDirection, []string{"loss counted twice"}, "", 40},
 	} {
 		t.Run(tc.mutation, func(t *testing.T) {
-			for i := range tc.budget {
-				cfg := Defaults(uint64(1000 + i))
-				cfg.Mutation = tc.mutation
-				cfg.HoldKey = cfg.HoldKey || tc.mutation == MutationDropHold
-				res := runOne(t, cfg)
+			breaks := func(res Result) string {
 				for _, v := range res.Violations {
-					if slices.Contains(tc.invariant, invariantOf(v)) {
-						t.Logf("found %q in run %d (seed %d): %s", invariantOf(v), i+1, cfg.Seed, v[:min(len(v), 200)])
-						return
+					if slices.Contains(tc.invariant, invariantOf(v)) && strings.Contains(v, tc.detail) {
+						return v
 					}
 				}
+				return ""
+			}
+			for i := range tc.budget {
+				cfg := WithMutation(Defaults(uint64(1000+i)), tc.mutation)
+				v := breaks(runOne(t, cfg))
+				if v == "" {
+					continue
+				}
+				control := cfg
+				control.Mutation = ""
+				if c := breaks(runOne(t, control)); c != "" {
+					t.Logf("run %d (seed %d) breaks %q without the mutation too: not counted (%s)", i+1, cfg.Seed, invariantOf(c), c[:min(len(c), 200)])
+					continue
+				}
+				t.Logf("found %q in run %d (seed %d): %s", invariantOf(v), i+1, cfg.Seed, v[:min(len(v), 200)])
+				return
 			}
 			t.Errorf("%s: none of the invariants %q reported within %d runs", tc.mutation, tc.invariant, tc.budget)
 		})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
@@ -26,6 +27,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
+	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
@@ -54,6 +56,14 @@ const (
 	// MutationDropHold (with ON_PARK=hold-key) drops every key-hold write: a parked record
 	// holds nothing.
 	MutationDropHold = "drop-hold"
+	// MutationCloseBeforeCount marks a closed shard closed before the write counting the span
+	// of it that expired unseen (the reconciler's checkpoint store, mutantCheckpoints): a pass
+	// that dies between the two leaves the shard final and its loss uncounted.
+	MutationCloseBeforeCount = "close-before-count"
+	// MutationCountOnDirection makes the write counting an expired span conditional on the
+	// watermark moving forward only (mutantDDB): a span two reconcilers find (a scheduled pass
+	// and a failure-queue replay) is counted by both.
+	MutationCountOnDirection = "count-on-direction"
 )
 
 // Config is one run's shape. Zero fields get Defaults' values.
@@ -72,6 +82,7 @@ type Config struct {
 	Killer            float64 // share of records whose Process kills the sandbox
 	Retention         time.Duration
 	Produce           time.Duration // production (and fault) time; faults stop at its end
+	FaultTime         time.Duration // faults stop this long after the start instead (0: Produce)
 	Heal              time.Duration // fault-free time after it for the system to converge
 	MaxExtra          time.Duration // how much longer a run may go on for its records to be accounted for
 	Settle            time.Duration
@@ -114,6 +125,26 @@ func Defaults(seed uint64) Config {
 		c.Retention = ShortRetention
 	}
 	return c
+}
+
+// WithMutation returns cfg with the defect put back and the run shaped so that the defect's
+// path is taken: key holds on for drop-hold; for the loss-counting defects a split (a closed
+// shard) and a retention below the reconciler's tail rule (MaxRecordAge + Settle), so that
+// spans expire unseen in most runs.
+func WithMutation(cfg Config, mutation string) Config {
+	cfg.Mutation = mutation
+	switch mutation {
+	case MutationDropHold:
+		cfg.HoldKey = true
+	case MutationCountOnDirection:
+		cfg.Split, cfg.Retention = true, 5*time.Minute
+	case MutationCloseBeforeCount:
+		// Faults go on while the spans expire (after the retention), so that a pass can die
+		// between the two writes.
+		cfg.Split, cfg.Retention, cfg.FaultTime = true, 5*time.Minute, 9*time.Minute
+		cfg.Faults.Die, cfg.Faults.NoDest = 0.1, 0.9
+	}
+	return cfg
 }
 
 // Result is what a run found.
@@ -202,7 +233,7 @@ func (w *world) ddbFor(mutation bool) any {
 		return c
 	}
 	switch w.cfg.Mutation {
-	case MutationDropMarker, MutationDropLedger, MutationDropHold:
+	case MutationDropMarker, MutationDropLedger, MutationDropHold, MutationCountOnDirection:
 		return mutantDDB{c, w.cfg.Mutation}
 	}
 	return c
@@ -279,12 +310,20 @@ func (w *world) reconcileHandler() (*reconcile.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := reconcile.New(kinesisClient{s: w.s, m: w.kin}, cps, p,
+	var cpsAPI reconcile.Checkpoints = cps
+	if w.cfg.Mutation == MutationCloseBeforeCount {
+		cpsAPI = mutantCheckpoints{cps, w.kin.EndingSeq}
+	}
+	r, err := reconcile.New(kinesisClient{s: w.s, m: w.kin}, cpsAPI, p,
 		reconcile.Config{Group: group, Stream: streamName, SettleAfter: w.cfg.Settle, MaxRecordAge: w.cfg.MaxRecordAge}, reconcile.WithLogger(w.log))
 	if err != nil {
 		return nil, err
 	}
-	return reconcile.NewHandler(r, nil, w.log, reconcile.WithRelease(sqsClient{s: w.s, m: w.q})), nil
+	opts := []reconcile.HandlerOption{reconcile.WithRelease(sqsClient{s: w.s, m: w.q})}
+	// PARALLELIZATION_FACTOR: the deployed reconciler is configured with the mapping's, so
+	// that a given-up range replays its batch's lane only.
+	opts = append(opts, reconcile.WithLanes(w.cfg.Parallelization))
+	return reconcile.NewHandler(r, nil, w.log, opts...), nil
 }
 
 // sleep waits d of virtual time or until ctx ends.
@@ -434,11 +473,17 @@ func Run(cfg Config) (res Result) {
 	// After the heal the run goes on (faults off) until every record is accounted for or
 	// MaxExtra passes: how long that takes is the time to safety; what is still unaccounted
 	// then is reported lost.
-	produceEnd, end := start.Add(cfg.Produce), start.Add(cfg.Produce+cfg.Heal)
+	faultEnd, end := start.Add(cfg.Produce), start.Add(cfg.Produce+cfg.Heal)
+	if cfg.FaultTime > 0 {
+		faultEnd = start.Add(cfg.FaultTime)
+		if e := faultEnd.Add(2 * time.Minute); e.After(end) {
+			end = e
+		}
+	}
 	nextCheck := end
 	w.s.loop(func() bool {
 		now := time.Now()
-		if !now.Before(produceEnd) {
+		if !now.Before(faultEnd) {
 			w.s.calm()
 		}
 		if now.Before(nextCheck) {
@@ -489,6 +534,17 @@ func (w *world) check() Result {
 	for _, it := range w.ddb.Items(ledgerTable) {
 		if sk, _ := sattr(it, "sk"); sk == "H" {
 			res.Counts["key holds"]++
+		}
+	}
+	// lostSpans: the spans each shard's counting writes named (checkpoint.Store.CountLoss adds
+	// the span to the set with the count).
+	spans := map[string]int{}
+	for _, it := range w.ddb.Items(cpTable) {
+		if pk, _ := sattr(it, "pk"); pk == group+recordid.Separator+streamName {
+			sk, _ := sattr(it, "sk")
+			if ss, ok := it["lostSpans"].(*types.AttributeValueMemberSS); ok {
+				spans[sk] = len(ss.Value)
+			}
 		}
 	}
 	all := w.kin.AllRecords()
@@ -551,6 +607,10 @@ func (w *world) check() Result {
 		case st.LostToRetention == 0 && trimmedUnseen > 0:
 			bad("loss not counted: %s has %d records trimmed unseen and LostToRetention 0 (watermark %q, checkpoint %q, closed %v): %v",
 				shardID, trimmedUnseen, st.Watermark, st.Checkpoint, st.Closed, unseen)
+		}
+		if int(st.LostToRetention) > spans[shardID] {
+			// A span is counted once whoever finds it: every count names its span.
+			bad("loss counted twice: %s has LostToRetention %d for %d distinct spans (watermark %q)", shardID, st.LostToRetention, spans[shardID], st.Watermark)
 		}
 		if st.LostToRetention > 0 && trimmedUnseen == 0 {
 			res.Counts["false loss alarms (spans counted, nothing lost)"] += int(st.LostToRetention)
