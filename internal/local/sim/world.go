@@ -547,6 +547,7 @@ func (w *world) check() Result {
 			}
 		}
 	}
+	res.Counts["GetRecords across the trim horizon (calls)"], res.Counts["GetRecords across the trim horizon (records skipped)"] = w.kin.Crossed()
 	all := w.kin.AllRecords()
 	for _, shardID := range sortedKeys(all) {
 		st := states[shardID]
