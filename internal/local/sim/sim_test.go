@@ -15,7 +15,7 @@ import (
 var (
 	flagSeeds      = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
 	flagDuration   = flag.Duration("sim.duration", 0, "run fresh seeds for this long (wall clock)")
-	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger+", "+MutationDropHold+", "+MutationCloseBeforeCount+", "+MutationCountOnDirection)
+	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger+", "+MutationDropHold+", "+MutationCloseBeforeCount+", "+MutationCountOnDirection+", "+MutationHoldQueueOrder)
 	flagBase       = flag.Uint64("sim.base", 0, "first fresh seed (0: from the clock)")
 	flagStride     = flag.Uint64("sim.stride", 1, "fresh seeds are base+offset+i*stride (several processes share one base)")
 	flagOffset     = flag.Uint64("sim.offset", 0, "see -sim.stride")
@@ -368,6 +368,9 @@ func TestSimFindsMutations(t *testing.T) {
 		// A span counted whenever the watermark moves forward: the failure-queue replay and the
 		// scheduled pass that both find it both count it.
 		{MutationCountOnDirection, []string{"loss counted twice"}, "", 40},
+		// The hold walk in the order the redrive session received the messages (a standard queue
+		// keeps none): a later record of a held key is applied before its head.
+		{MutationHoldQueueOrder, []string{"out of order"}, "", 30},
 	} {
 		t.Run(tc.mutation, func(t *testing.T) {
 			breaks := func(res Result) string {

@@ -64,6 +64,10 @@ const (
 	// watermark moving forward only (mutantDDB): a span two reconcilers find (a scheduled pass
 	// and a failure-queue replay) is counted by both.
 	MutationCountOnDirection = "count-on-direction"
+	// MutationHoldQueueOrder (ON_PARK=hold-key, with redrive) lists a held key's records in the
+	// order the redrive session received their messages, not the order they were parked in
+	// (queueOrderHolds): the hold walk trusts the queue order.
+	MutationHoldQueueOrder = "hold-queue-order"
 )
 
 // Config is one run's shape. Zero fields get Defaults' values.
@@ -91,6 +95,7 @@ type Config struct {
 	Faults            Faults
 	Mutation          string
 	HoldKey           bool         // ON_PARK=hold-key: a parked record holds its key; per-key order is checked
+	Redrive           bool         // with HoldKey: an operator redrive session at 4, 6 and 8 minutes
 	Suppress          map[int]bool // fault ordinals not applied (shrinking)
 }
 
@@ -124,6 +129,7 @@ func Defaults(seed uint64) Config {
 		// when a shard really falls behind. ShortRetention overrides it.
 		c.Retention = ShortRetention
 	}
+	c.Redrive = c.HoldKey && r.IntN(2) == 0
 	return c
 }
 
@@ -136,6 +142,11 @@ func WithMutation(cfg Config, mutation string) Config {
 	switch mutation {
 	case MutationDropHold:
 		cfg.HoldKey = true
+	case MutationHoldQueueOrder:
+		cfg.HoldKey, cfg.Redrive = true, true
+		if cfg.MaxRetry < cfg.MaxRecordAttempts {
+			cfg.MaxRetry = cfg.MaxRecordAttempts // hold-key's precondition, as Defaults keeps it
+		}
 	case MutationCountOnDirection:
 		cfg.Split, cfg.Retention = true, 5*time.Minute
 	case MutationCloseBeforeCount:
@@ -470,6 +481,28 @@ func Run(cfg Config) (res Result) {
 		}
 	})
 
+	// The operator's redrive sessions (after the faults of production).
+	if cfg.Redrive {
+		goActor(&actor{name: "operator", kind: "operator"}, func(ctx context.Context) {
+			for n, at := range []time.Duration{4 * time.Minute, 6 * time.Minute, 8 * time.Minute} {
+				if !sleep(ctx, time.Until(start.Add(at))) {
+					return
+				}
+				d, err := w.redriver(n)
+				if err != nil {
+					panic(err)
+				}
+				a := &actor{name: fmt.Sprintf("d/%04d", n), kind: "redrive"}
+				rctx, cancel := context.WithTimeout(ctx, time.Minute)
+				rep, err := d.Run(withActor(rctx, a))
+				cancel()
+				if debug {
+					fmt.Printf("%s %s redrive: %+v err=%v\n", time.Now().UTC().Format("15:04:05"), a.name, rep, err)
+				}
+			}
+		})
+	}
+
 	// After the heal the run goes on (faults off) until every record is accounted for or
 	// MaxExtra passes: how long that takes is the time to safety; what is still unaccounted
 	// then is reported lost.
@@ -522,6 +555,14 @@ func (w *world) check() Result {
 			continue
 		}
 		parked[recKey(m.ShardID, m.Seq)] = append(parked[recKey(m.ShardID, m.Seq)], m)
+	}
+	// everParked: every park of a record, including messages a redrive has since deleted (the
+	// order oracle asks when a record was first parked).
+	everParked := map[string][]park.Message{}
+	for _, body := range w.q.Sent(w.parkedURL) {
+		if m, err := park.Decode(body); err == nil {
+			everParked[recKey(m.ShardID, m.Seq)] = append(everParked[recKey(m.ShardID, m.Seq)], m)
+		}
 	}
 	states := map[string]checkpoint.State{}
 	if sts, err := checkpoint.New(w.ddb, cpTable).List(context.Background(), group, streamName); err != nil {
@@ -618,7 +659,7 @@ func (w *world) check() Result {
 		}
 		res.Counts["lost to retention (counted)"] += int(st.LostToRetention)
 		if w.cfg.HoldKey {
-			w.checkOrder(shardID, all[shardID], parked, bad)
+			w.checkOrder(shardID, all[shardID], everParked, bad)
 		}
 	}
 	return res
