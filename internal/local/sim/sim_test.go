@@ -176,6 +176,7 @@ func (s *summary) add(r Result) {
 		a.Failed += st.Failed
 		a.Lost += st.Lost
 		a.Died += st.Died
+		a.Hung += st.Hung
 		a.Partial += st.Partial
 	}
 }
@@ -213,13 +214,13 @@ func (s *summary) print(t *testing.T, wall time.Duration) {
 		sites = append(sites, k)
 	}
 	sort.Strings(sites)
-	t.Logf("  %-72s %8s %7s %7s %7s %7s", "call site", "calls", "failed", "lost", "died", "partial")
+	t.Logf("  %-72s %8s %7s %7s %7s %7s %7s", "call site", "calls", "failed", "lost", "died", "hung", "partial")
 	for _, k := range sites {
 		st := s.sites[k]
-		if st.Failed+st.Lost+st.Died+st.Partial == 0 && !*flagVerbose {
+		if st.Failed+st.Lost+st.Died+st.Hung+st.Partial == 0 && !*flagVerbose {
 			continue
 		}
-		t.Logf("  %-72s %8d %7d %7d %7d %7d", k, st.Calls, st.Failed, st.Lost, st.Died, st.Partial)
+		t.Logf("  %-72s %8d %7d %7d %7d %7d %7d", k, st.Calls, st.Failed, st.Lost, st.Died, st.Hung, st.Partial)
 	}
 }
 

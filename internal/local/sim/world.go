@@ -114,7 +114,7 @@ func Defaults(seed uint64) Config {
 		Parallelization: 1 + r.IntN(3), BatchSize: []int{5, 10, 25}[r.IntN(3)], MaxRetry: r.IntN(4), Bisect: r.IntN(2) == 0,
 		MaxRecordAttempts: 2 + r.IntN(3), Poison: 0.01, Killer: 0.005, Retention: 24 * time.Hour,
 		Produce: 2 * time.Minute, Heal: 8 * time.Minute, MaxExtra: 60 * time.Minute, Settle: 2 * time.Minute, Schedule: time.Minute, MaxRecordAge: 2 * time.Minute,
-		Faults: Faults{Fail: 0.03, Lost: 0.03, Die: 0.01, Partial: 0.02, Process: 0.03, NoDest: 0.3},
+		Faults: Faults{Fail: 0.03, Lost: 0.03, Die: 0.01, Hang: 0.002, Partial: 0.02, Process: 0.03, NoDest: 0.3},
 	}
 	c.HoldKey = r.IntN(3) == 0
 	if c.HoldKey && c.MaxRetry < c.MaxRecordAttempts {
@@ -276,7 +276,7 @@ func (l *lane) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	l.n++
 	a := &actor{name: fmt.Sprintf("c/%s/%04d", l.name, l.n), faulty: true, mortal: true, kind: "consumer"}
 	ictx, cancel := context.WithCancel(ctx)
-	a.cancel = cancel
+	a.cancel, a.done = cancel, ictx.Done()
 	defer cancel()
 	ictx = withActor(ictx, a)
 	if l.h == nil {
@@ -430,7 +430,7 @@ func Run(cfg Config) (res Result) {
 			}
 			a := &actor{name: fmt.Sprintf("r/%04d", n), faulty: true, mortal: true, kind: "reconciler"}
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-			a.cancel = cancel
+			a.cancel, a.done = cancel, rctx.Done()
 			sum, err := h.HandleSchedule(withActor(rctx, a))
 			if debug {
 				fmt.Printf("%s %s pass: %+v err=%v dead=%v\n", time.Now().UTC().Format("15:04:05"), a.name, sum, err, a.dead)
@@ -462,7 +462,7 @@ func Run(cfg Config) (res Result) {
 			}
 			a := &actor{name: fmt.Sprintf("f/%04d", n), faulty: true, mortal: true, kind: "failure"}
 			fctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			a.cancel = cancel
+			a.cancel, a.done = cancel, fctx.Done()
 			resp := h.HandleSQS(withActor(fctx, a), ev)
 			cancel()
 			if a.dead {
