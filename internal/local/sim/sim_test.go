@@ -113,13 +113,12 @@ func newSummary() *summary {
 	return &summary{byInvariant: map[string]int{}, counts: map[string]int{}, sites: map[string]*SiteStats{}, firstFail: map[string]int{}}
 }
 
-var invariants = []string{"out of order", "lost", "verified past an unaccounted record", "parked with a different payload", "loss not counted", "loss counted twice", "verified across the trim horizon", "parked message does not decode"}
+var invariants = []string{"out of order", "parked behind a later record", "lost", "verified past an unaccounted record", "parked with a different payload", "loss not counted", "loss counted twice", "verified across the trim horizon", "parked message does not decode"}
 
 // flagOpen names invariants whose breaks are open findings (docs/simulator.md, "Open
-// findings"): a fresh-seed run reports them, with their seeds, without failing. None is open
-// today; `make sim` passes -sim.open= so a search fails on every invariant whatever the
-// default; a run of named seeds always fails.
-var flagOpen = flag.String("sim.open", "", "comma-separated invariants a fresh-seed run reports without failing (open findings)")
+// findings"): a fresh-seed run reports them, with their seeds, without failing. `make sim`
+// passes -sim.open= so a search fails on every invariant; a run of named seeds always fails.
+var flagOpen = flag.String("sim.open", "parked behind a later record", "comma-separated invariants a fresh-seed run reports without failing (open findings)")
 
 // onlyOpen reports whether every violation of r breaks an open invariant.
 func onlyOpen(r Result) bool {
