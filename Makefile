@@ -106,7 +106,8 @@ invoke: tools gapless
 
 ## sim: the deterministic whole-system simulator (docs/simulator.md). SEEDS=7 or SEEDS=1,2,3 or
 ## SEEDS=100+50 replays seeds; otherwise fresh seeds for DURATION (default 1m) on SIM_PROCS
-## processes. MUTATION=checkpoint-decides|drop-marker|drop-ledger puts a known defect back.
+## processes. MUTATION=checkpoint-decides|drop-marker|drop-ledger|drop-hold|close-before-count|count-on-direction
+## puts a known defect back (and shapes the runs for it: WithMutation).
 SIM_PROCS ?= 2
 DURATION  ?= 1m
 .PHONY: sim

@@ -38,3 +38,19 @@ func TestEvalCondCountLoss(t *testing.T) {
 		})
 	}
 }
+
+func TestBehindLater(t *testing.T) {
+	for _, tc := range []struct {
+		heldBehind string
+		want       bool
+	}{
+		{"shardId-000000000002:49590000000000000000000000000000000057236313634949300224:0", true},
+		{"shardId-000000000002:49590000000000000000000000000000000016893645397075427328:0", false},
+		{"shardId-000000000001:49590000000000000000000000000000000057236313634949300224:0", false},
+		{"", false},
+	} {
+		if got := behindLater("shardId-000000000002", "49590000000000000000000000000000000026893645397075427328", tc.heldBehind); got != tc.want {
+			t.Errorf("behindLater(%q) = %v, want %v", tc.heldBehind, got, tc.want)
+		}
+	}
+}

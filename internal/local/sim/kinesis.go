@@ -35,6 +35,9 @@ type Kinesis struct {
 	rng       *rand.Rand
 	// trimmed: every record the horizon passed, by id, for the loss check.
 	trimmed map[string]bool
+	// crossed: GetRecords calls whose iterator pointed at a record trimmed since it was issued
+	// (the page starts at the trim horizon instead), and the records they skipped.
+	crossed, skipped int
 }
 
 type shard struct {
@@ -147,6 +150,14 @@ func (k *Kinesis) Trimmed(shardID, seq string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.trimmed[shardID+"/"+seq]
+}
+
+// Crossed reports the GetRecords calls whose iterator the trim horizon had passed, and the
+// records they skipped.
+func (k *Kinesis) Crossed() (calls, skipped int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.crossed, k.skipped
 }
 
 // AllRecords lists every record ever put, by shard.
@@ -307,7 +318,11 @@ func (k *Kinesis) GetRecords(_ context.Context, in *kinesis.GetRecordsInput, _ .
 	if t.Sub(time.Unix(0, issued)) > iteratorLife {
 		return nil, &types.ExpiredIteratorException{Message: aws.String("Iterator expired")}
 	}
-	idx = max(idx, s.trimmedUpTo)
+	if idx < s.trimmedUpTo {
+		k.crossed++
+		k.skipped += s.trimmedUpTo - idx
+		idx = s.trimmedUpTo
+	}
 	limit := 10000
 	if in.Limit != nil && *in.Limit > 0 {
 		limit = int(*in.Limit)
@@ -330,3 +345,16 @@ func (k *Kinesis) GetRecords(_ context.Context, in *kinesis.GetRecordsInput, _ .
 }
 
 func md5sum(b []byte) [16]byte { return md5.Sum(b) }
+
+// EndingSeq is a closed shard's ending sequence number, as ListShards reports it ("" while the
+// shard is open or unknown).
+func (k *Kinesis) EndingSeq(shardID string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, s := range k.shards {
+		if s.id == shardID && s.end != nil {
+			return s.end.String()
+		}
+	}
+	return ""
+}

@@ -2,7 +2,11 @@ package sim
 
 import (
 	"context"
+	"maps"
 	"strings"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/recordid"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
@@ -70,5 +74,40 @@ func (m mutantDDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 		}
 		return &dynamodb.UpdateItemOutput{Attributes: item}, nil
 	}
+	if m.mutation == MutationCountOnDirection && in.ExpressionAttributeNames["#spans"] == "lostSpans" {
+		// checkpoint.Store.CountLoss's write, with the condition it had before a span was named
+		// by the watermark it follows: the advance moves the watermark forward (a count in place
+		// has no condition at all). The span is still added to lostSpans, so a second count of
+		// it shows as more counts than spans.
+		c := *in
+		c.ExpressionAttributeValues = maps.Clone(in.ExpressionAttributeValues)
+		delete(c.ExpressionAttributeValues, ":prev")
+		delete(c.ExpressionAttributeValues, ":span")
+		c.ConditionExpression = nil
+		if _, ok := c.ExpressionAttributeValues[":enc"]; ok {
+			c.ConditionExpression = aws.String("attribute_not_exists(#enc) OR #enc < :enc")
+		} else {
+			delete(c.ExpressionAttributeNames, "#enc")
+		}
+		in = &c
+	}
 	return m.ddbClient.UpdateItem(ctx, in, o...)
+}
+
+// mutantCheckpoints (MutationCloseBeforeCount) is the reconciler's checkpoint store with the
+// order of a closed shard's last two writes reversed: the count of the span that expired before
+// the shard's end (the advance to its ending sequence number) is preceded by the mark that makes
+// the shard final, so a death between them leaves a final shard with its loss uncounted.
+type mutantCheckpoints struct {
+	*checkpoint.Store
+	endingSeq func(shardID string) string
+}
+
+func (m mutantCheckpoints) CountLoss(ctx context.Context, shard recordid.Shard, l checkpoint.Loss) (checkpoint.Result, error) {
+	if end := m.endingSeq(shard.ShardID); end != "" && l.To == end {
+		if err := m.Store.MarkClosed(ctx, shard, end); err != nil {
+			return checkpoint.Result{}, err
+		}
+	}
+	return m.Store.CountLoss(ctx, shard, l)
 }

@@ -40,6 +40,7 @@ type Faults struct {
 	Fail    float64 // an attempt fails before it is applied (5xx or throttle)
 	Lost    float64 // a write attempt is applied and its response lost
 	Die     float64 // a sandbox dies before a call (consumer, reconciler, failure handler)
+	Hang    float64 // a sandbox stops making progress at a call until its function timeout, then is ended
 	Partial float64 // an item of a batch call comes back unprocessed
 	Process float64 // the business logic fails a record (half of them after its effect)
 	NoDest  float64 // the mapping's on-failure message is not delivered
@@ -53,8 +54,9 @@ type actor struct {
 	mortal bool // it can die
 	dead   bool
 	cancel context.CancelFunc
-	calls  map[string]int // gate calls by site and detail
-	kind   string         // consumer, reconciler, failure, mapping, producer
+	done   <-chan struct{} // the invocation's end (its function timeout): where a hang stops
+	calls  map[string]int  // gate calls by site and detail
+	kind   string          // consumer, reconciler, failure, mapping, producer
 }
 
 func withActor(ctx context.Context, a *actor) context.Context {
@@ -76,7 +78,7 @@ type waiter struct {
 
 // SiteStats counts what happened at one call site (operation and product function).
 type SiteStats struct {
-	Calls, Failed, Lost, Died, Partial int
+	Calls, Failed, Lost, Died, Hung, Partial int
 }
 
 // Sched is one run's scheduler and fault source.
@@ -86,6 +88,7 @@ type Sched struct {
 	wake     chan struct{}
 	pick     *rand.Rand
 	fr       *rand.Rand
+	hr       *rand.Rand // hangs: a stream of their own, so that adding them left the other faults' draws as they were
 	faults   Faults
 	chaos    bool
 	ord      int          // faults drawn so far
@@ -97,7 +100,7 @@ type Sched struct {
 }
 
 func newSched(seed uint64, f Faults, suppress map[int]bool) *Sched {
-	return &Sched{wake: make(chan struct{}, 1), pick: rand.New(rand.NewPCG(seed, 1)), fr: rand.New(rand.NewPCG(seed, 2)),
+	return &Sched{wake: make(chan struct{}, 1), pick: rand.New(rand.NewPCG(seed, 1)), fr: rand.New(rand.NewPCG(seed, 2)), hr: rand.New(rand.NewPCG(seed, 7)),
 		faults: f, chaos: true, suppress: suppress, Sites: map[string]*SiteStats{}}
 }
 
@@ -143,6 +146,19 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 			a.dead = true
 			a.cancel()
 			s.site(site).Died++
+			return errDied
+		}
+	}
+	if a.mortal && a.done != nil && s.chaos && s.hr.Float64() < s.faults.Hang {
+		if s.apply(fmt.Sprintf("%s hangs before %s", a.name, site)) {
+			// The call makes no progress until the invocation's timeout; Lambda then ends the
+			// runtime ("Task timed out"), so the sandbox is gone as after a death.
+			s.site(site).Hung++
+			s.mu.Unlock()
+			<-a.done
+			s.mu.Lock()
+			a.dead = true
+			a.cancel()
 			return errDied
 		}
 	}

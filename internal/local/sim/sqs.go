@@ -27,6 +27,7 @@ type SQS struct {
 type queue struct {
 	name string
 	msgs []*message
+	sent []string // every body ever sent, deleted or not
 }
 
 type message struct {
@@ -75,6 +76,13 @@ func (s *SQS) queue(url *string) (*queue, error) {
 }
 
 // SendMessage appends a message.
+// Sent lists the body of every message ever sent to the queue, deleted or not.
+func (s *SQS) Sent(url string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.queues[url].sent...)
+}
+
 func (s *SQS) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -94,6 +102,7 @@ func (s *SQS) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...func
 	m := &message{id: "m" + strconv.Itoa(s.n), body: aws.ToString(in.MessageBody), attrs: in.MessageAttributes,
 		visibleAt: t.Add(time.Duration(in.DelaySeconds) * time.Second), sent: t}
 	q.msgs = append(q.msgs, m)
+	q.sent = append(q.sent, m.body)
 	return &sqs.SendMessageOutput{MessageId: aws.String(m.id)}, nil
 }
 

@@ -10,11 +10,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
@@ -26,6 +28,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
+	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
@@ -54,6 +57,18 @@ const (
 	// MutationDropHold (with ON_PARK=hold-key) drops every key-hold write: a parked record
 	// holds nothing.
 	MutationDropHold = "drop-hold"
+	// MutationCloseBeforeCount marks a closed shard closed before the write counting the span
+	// of it that expired unseen (the reconciler's checkpoint store, mutantCheckpoints): a pass
+	// that dies between the two leaves the shard final and its loss uncounted.
+	MutationCloseBeforeCount = "close-before-count"
+	// MutationCountOnDirection makes the write counting an expired span conditional on the
+	// watermark moving forward only (mutantDDB): a span two reconcilers find (a scheduled pass
+	// and a failure-queue replay) is counted by both.
+	MutationCountOnDirection = "count-on-direction"
+	// MutationHoldQueueOrder (ON_PARK=hold-key, with redrive) lists a held key's records in the
+	// order the redrive session received their messages, not the order they were parked in
+	// (queueOrderHolds): the hold walk trusts the queue order.
+	MutationHoldQueueOrder = "hold-queue-order"
 )
 
 // Config is one run's shape. Zero fields get Defaults' values.
@@ -72,6 +87,7 @@ type Config struct {
 	Killer            float64 // share of records whose Process kills the sandbox
 	Retention         time.Duration
 	Produce           time.Duration // production (and fault) time; faults stop at its end
+	FaultTime         time.Duration // faults stop this long after the start instead (0: Produce)
 	Heal              time.Duration // fault-free time after it for the system to converge
 	MaxExtra          time.Duration // how much longer a run may go on for its records to be accounted for
 	Settle            time.Duration
@@ -80,6 +96,7 @@ type Config struct {
 	Faults            Faults
 	Mutation          string
 	HoldKey           bool         // ON_PARK=hold-key: a parked record holds its key; per-key order is checked
+	Redrive           bool         // with HoldKey: an operator redrive session at 4, 6 and 8 minutes
 	Suppress          map[int]bool // fault ordinals not applied (shrinking)
 }
 
@@ -98,7 +115,7 @@ func Defaults(seed uint64) Config {
 		Parallelization: 1 + r.IntN(3), BatchSize: []int{5, 10, 25}[r.IntN(3)], MaxRetry: r.IntN(4), Bisect: r.IntN(2) == 0,
 		MaxRecordAttempts: 2 + r.IntN(3), Poison: 0.01, Killer: 0.005, Retention: 24 * time.Hour,
 		Produce: 2 * time.Minute, Heal: 8 * time.Minute, MaxExtra: 60 * time.Minute, Settle: 2 * time.Minute, Schedule: time.Minute, MaxRecordAge: 2 * time.Minute,
-		Faults: Faults{Fail: 0.03, Lost: 0.03, Die: 0.01, Partial: 0.02, Process: 0.03, NoDest: 0.3},
+		Faults: Faults{Fail: 0.03, Lost: 0.03, Die: 0.01, Hang: 0.002, Partial: 0.02, Process: 0.03, NoDest: 0.3},
 	}
 	c.HoldKey = r.IntN(3) == 0
 	if c.HoldKey && c.MaxRetry < c.MaxRecordAttempts {
@@ -113,7 +130,33 @@ func Defaults(seed uint64) Config {
 		// when a shard really falls behind. ShortRetention overrides it.
 		c.Retention = ShortRetention
 	}
+	c.Redrive = c.HoldKey && r.IntN(2) == 0
 	return c
+}
+
+// WithMutation returns cfg with the defect put back and the run shaped so that the defect's
+// path is taken: key holds on for drop-hold; for the loss-counting defects a split (a closed
+// shard) and a retention below the reconciler's tail rule (MaxRecordAge + Settle), so that
+// spans expire unseen in most runs.
+func WithMutation(cfg Config, mutation string) Config {
+	cfg.Mutation = mutation
+	switch mutation {
+	case MutationDropHold:
+		cfg.HoldKey = true
+	case MutationHoldQueueOrder:
+		cfg.HoldKey, cfg.Redrive = true, true
+		if cfg.MaxRetry < cfg.MaxRecordAttempts {
+			cfg.MaxRetry = cfg.MaxRecordAttempts // hold-key's precondition, as Defaults keeps it
+		}
+	case MutationCountOnDirection:
+		cfg.Split, cfg.Retention = true, 5*time.Minute
+	case MutationCloseBeforeCount:
+		// Faults go on while the spans expire (after the retention), so that a pass can die
+		// between the two writes.
+		cfg.Split, cfg.Retention, cfg.FaultTime = true, 5*time.Minute, 9*time.Minute
+		cfg.Faults.Die, cfg.Faults.NoDest = 0.1, 0.9
+	}
+	return cfg
 }
 
 // Result is what a run found.
@@ -202,7 +245,7 @@ func (w *world) ddbFor(mutation bool) any {
 		return c
 	}
 	switch w.cfg.Mutation {
-	case MutationDropMarker, MutationDropLedger, MutationDropHold:
+	case MutationDropMarker, MutationDropLedger, MutationDropHold, MutationCountOnDirection:
 		return mutantDDB{c, w.cfg.Mutation}
 	}
 	return c
@@ -234,7 +277,7 @@ func (l *lane) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	l.n++
 	a := &actor{name: fmt.Sprintf("c/%s/%04d", l.name, l.n), faulty: true, mortal: true, kind: "consumer"}
 	ictx, cancel := context.WithCancel(ctx)
-	a.cancel = cancel
+	a.cancel, a.done = cancel, ictx.Done()
 	defer cancel()
 	ictx = withActor(ictx, a)
 	if l.h == nil {
@@ -279,12 +322,20 @@ func (w *world) reconcileHandler() (*reconcile.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := reconcile.New(kinesisClient{s: w.s, m: w.kin}, cps, p,
+	var cpsAPI reconcile.Checkpoints = cps
+	if w.cfg.Mutation == MutationCloseBeforeCount {
+		cpsAPI = mutantCheckpoints{cps, w.kin.EndingSeq}
+	}
+	r, err := reconcile.New(kinesisClient{s: w.s, m: w.kin}, cpsAPI, p,
 		reconcile.Config{Group: group, Stream: streamName, SettleAfter: w.cfg.Settle, MaxRecordAge: w.cfg.MaxRecordAge}, reconcile.WithLogger(w.log))
 	if err != nil {
 		return nil, err
 	}
-	return reconcile.NewHandler(r, nil, w.log, reconcile.WithRelease(sqsClient{s: w.s, m: w.q})), nil
+	opts := []reconcile.HandlerOption{reconcile.WithRelease(sqsClient{s: w.s, m: w.q})}
+	// PARALLELIZATION_FACTOR: the deployed reconciler is configured with the mapping's, so
+	// that a given-up range replays its batch's lane only.
+	opts = append(opts, reconcile.WithLanes(w.cfg.Parallelization))
+	return reconcile.NewHandler(r, nil, w.log, opts...), nil
 }
 
 // sleep waits d of virtual time or until ctx ends.
@@ -380,7 +431,7 @@ func Run(cfg Config) (res Result) {
 			}
 			a := &actor{name: fmt.Sprintf("r/%04d", n), faulty: true, mortal: true, kind: "reconciler"}
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-			a.cancel = cancel
+			a.cancel, a.done = cancel, rctx.Done()
 			sum, err := h.HandleSchedule(withActor(rctx, a))
 			if debug {
 				fmt.Printf("%s %s pass: %+v err=%v dead=%v\n", time.Now().UTC().Format("15:04:05"), a.name, sum, err, a.dead)
@@ -412,7 +463,7 @@ func Run(cfg Config) (res Result) {
 			}
 			a := &actor{name: fmt.Sprintf("f/%04d", n), faulty: true, mortal: true, kind: "failure"}
 			fctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			a.cancel = cancel
+			a.cancel, a.done = cancel, fctx.Done()
 			resp := h.HandleSQS(withActor(fctx, a), ev)
 			cancel()
 			if a.dead {
@@ -431,14 +482,42 @@ func Run(cfg Config) (res Result) {
 		}
 	})
 
+	// The operator's redrive sessions (after the faults of production).
+	if cfg.Redrive {
+		goActor(&actor{name: "operator", kind: "operator"}, func(ctx context.Context) {
+			for n, at := range []time.Duration{4 * time.Minute, 6 * time.Minute, 8 * time.Minute} {
+				if !sleep(ctx, time.Until(start.Add(at))) {
+					return
+				}
+				d, err := w.redriver(n)
+				if err != nil {
+					panic(err)
+				}
+				a := &actor{name: fmt.Sprintf("d/%04d", n), kind: "redrive"}
+				rctx, cancel := context.WithTimeout(ctx, time.Minute)
+				rep, err := d.Run(withActor(rctx, a))
+				cancel()
+				if debug {
+					fmt.Printf("%s %s redrive: %+v err=%v\n", time.Now().UTC().Format("15:04:05"), a.name, rep, err)
+				}
+			}
+		})
+	}
+
 	// After the heal the run goes on (faults off) until every record is accounted for or
 	// MaxExtra passes: how long that takes is the time to safety; what is still unaccounted
 	// then is reported lost.
-	produceEnd, end := start.Add(cfg.Produce), start.Add(cfg.Produce+cfg.Heal)
+	faultEnd, end := start.Add(cfg.Produce), start.Add(cfg.Produce+cfg.Heal)
+	if cfg.FaultTime > 0 {
+		faultEnd = start.Add(cfg.FaultTime)
+		if e := faultEnd.Add(2 * time.Minute); e.After(end) {
+			end = e
+		}
+	}
 	nextCheck := end
 	w.s.loop(func() bool {
 		now := time.Now()
-		if !now.Before(produceEnd) {
+		if !now.Before(faultEnd) {
 			w.s.calm()
 		}
 		if now.Before(nextCheck) {
@@ -478,6 +557,14 @@ func (w *world) check() Result {
 		}
 		parked[recKey(m.ShardID, m.Seq)] = append(parked[recKey(m.ShardID, m.Seq)], m)
 	}
+	// everParked: every park of a record, including messages a redrive has since deleted (the
+	// order oracle asks when a record was first parked).
+	everParked := map[string][]park.Message{}
+	for _, body := range w.q.Sent(w.parkedURL) {
+		if m, err := park.Decode(body); err == nil {
+			everParked[recKey(m.ShardID, m.Seq)] = append(everParked[recKey(m.ShardID, m.Seq)], m)
+		}
+	}
 	states := map[string]checkpoint.State{}
 	if sts, err := checkpoint.New(w.ddb, cpTable).List(context.Background(), group, streamName); err != nil {
 		bad("checkpoint list: %v", err)
@@ -491,6 +578,18 @@ func (w *world) check() Result {
 			res.Counts["key holds"]++
 		}
 	}
+	// lostSpans: the spans each shard's counting writes named (checkpoint.Store.CountLoss adds
+	// the span to the set with the count).
+	spans := map[string]int{}
+	for _, it := range w.ddb.Items(cpTable) {
+		if pk, _ := sattr(it, "pk"); pk == group+recordid.Separator+streamName {
+			sk, _ := sattr(it, "sk")
+			if ss, ok := it["lostSpans"].(*types.AttributeValueMemberSS); ok {
+				spans[sk] = len(ss.Value)
+			}
+		}
+	}
+	res.Counts["GetRecords across the trim horizon (calls)"], res.Counts["GetRecords across the trim horizon (records skipped)"] = w.kin.Crossed()
 	all := w.kin.AllRecords()
 	for _, shardID := range sortedKeys(all) {
 		st := states[shardID]
@@ -552,15 +651,26 @@ func (w *world) check() Result {
 			bad("loss not counted: %s has %d records trimmed unseen and LostToRetention 0 (watermark %q, checkpoint %q, closed %v): %v",
 				shardID, trimmedUnseen, st.Watermark, st.Checkpoint, st.Closed, unseen)
 		}
+		if int(st.LostToRetention) > spans[shardID] {
+			// A span is counted once whoever finds it: every count names its span.
+			bad("loss counted twice: %s has LostToRetention %d for %d distinct spans (watermark %q)", shardID, st.LostToRetention, spans[shardID], st.Watermark)
+		}
 		if st.LostToRetention > 0 && trimmedUnseen == 0 {
 			res.Counts["false loss alarms (spans counted, nothing lost)"] += int(st.LostToRetention)
 		}
 		res.Counts["lost to retention (counted)"] += int(st.LostToRetention)
 		if w.cfg.HoldKey {
-			w.checkOrder(shardID, all[shardID], parked, bad)
+			w.checkOrder(shardID, all[shardID], everParked, bad)
 		}
 	}
 	return res
+}
+
+// behindLater reports whether heldBehind (a park message's HeldBehind, "shard:seq:n") names a
+// record of shardID after seq.
+func behindLater(shardID, seq, heldBehind string) bool {
+	parts := strings.Split(heldBehind, ":")
+	return len(parts) >= 2 && parts[0] == shardID && seqnum.Compare(parts[1], seq) > 0
 }
 
 // checkOrder (ON_PARK=hold-key) is the order oracle of docs/consumer.md: within a shard, no
@@ -578,8 +688,14 @@ func (w *world) checkOrder(shardID string, recs []krec, parked map[string][]park
 		applied, ok := w.first[id]
 		if h, held := heads[r.key]; held && ok && applied.After(h.at) {
 			if ha, hok := w.first[recKey(shardID, h.seq)]; !hok || ha.After(applied) {
-				bad("out of order: key %s: %s applied at %s (by %v) while the earlier %s was parked (since %s, by %s after %d attempts, held behind %q: %s)",
-					r.key, id, applied.Format("15:04:05.000"), w.seen[id], h.seq, h.at.Format("15:04:05.000"), h.m.Source, h.m.Attempts, h.m.HeldBehind, h.m.LastError)
+				inv := "out of order"
+				if behindLater(shardID, h.seq, h.m.HeldBehind) {
+					// The earlier record was parked behind a later record of its key (its key
+					// already held by it): the hold's order is the park order (an open finding).
+					inv = "parked behind a later record"
+				}
+				bad("%s: key %s: %s applied at %s (by %v) while the earlier %s was parked (since %s, by %s after %d attempts, held behind %q: %s)",
+					inv, r.key, id, applied.Format("15:04:05.000"), w.seen[id], h.seq, h.at.Format("15:04:05.000"), h.m.Source, h.m.Attempts, h.m.HeldBehind, h.m.LastError)
 			}
 		}
 		for _, m := range parked[id] {
