@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/gapless-dev/gapless/internal/local/localstack/stacktest"
 )
 
@@ -42,16 +44,7 @@ func TestFailureQueueRefusalsAreCounted(t *testing.T) {
 		{"notification naming another bucket", otherNote},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := h.HandleSQS(context.Background(), sqsEvent(tc.body))
-			if len(resp.BatchItemFailures) != 1 {
-				t.Errorf("batch item failures %v, want the message refused (kept for the dead-letter queue)", resp.BatchItemFailures)
-			}
-			if l := m.last(t); l.Values["FailureMessageRefused"] != 1 {
-				t.Errorf("metrics %v, want FailureMessageRefused 1", l.Values)
-			}
-			if n := len(rec.delivered()); n != 0 {
-				t.Errorf("%d records replayed from a refused message", n)
-			}
+			checkRefused(t, h.HandleSQS(context.Background(), sqsEvent(tc.body)), &m, rec)
 		})
 	}
 	resp := h.HandleSQS(context.Background(), sqsEvent(testEvent(bucket)))
@@ -79,16 +72,7 @@ func TestFailureRangeBelowTheShardRefused(t *testing.T) {
 	var m emf
 	h := NewHandler(s.reconciler(s.pipeline(rec.process, 3), Config{PageLimit: 4}), m.emitter(), discard())
 	below := []put{{shard: all[0].shard, seq: "1"}, {shard: all[0].shard, seq: "2"}}
-	resp := h.HandleSQS(context.Background(), sqsEvent(message(t, s.streamARN(), ownFunction, below[0], below[1], 2)))
-	if len(resp.BatchItemFailures) != 1 {
-		t.Errorf("batch item failures %v, want the message refused", resp.BatchItemFailures)
-	}
-	if l := m.last(t); l.Values["FailureMessageRefused"] != 1 {
-		t.Errorf("metrics %v, want FailureMessageRefused 1", l.Values)
-	}
-	if n := len(rec.delivered()); n != 0 {
-		t.Errorf("%d records replayed", n)
-	}
+	checkRefused(t, h.HandleSQS(context.Background(), sqsEvent(message(t, s.streamARN(), ownFunction, below[0], below[1], 2))), &m, rec)
 }
 
 // TestS3ObjectBeforeTheScopeRefusedBeforeItIsApplied: under STARTING_POSITION LATEST an object
@@ -114,14 +98,20 @@ func TestS3ObjectBeforeTheScopeRefusedBeforeItIsApplied(t *testing.T) {
 	rec := newRecorder()
 	var m emf
 	h := NewHandler(s.reconciler(s.pipeline(rec.process, 3), Config{PageLimit: 4, StartingPosition: StartLatest}), m.emitter(), discard(), WithFailureBucket(objects, bucket))
-	resp := h.HandleSQS(ctx, sqsEvent(note))
+	checkRefused(t, h.HandleSQS(ctx, sqsEvent(note)), &m, rec)
+}
+
+// checkRefused: the message of resp was refused (a batch item failure keeps it for the
+// dead-letter queue), counted once in FailureMessageRefused, and nothing of it was applied.
+func checkRefused(t *testing.T, resp events.SQSEventResponse, m *emf, rec *recorder) {
+	t.Helper()
 	if len(resp.BatchItemFailures) != 1 {
-		t.Errorf("batch item failures %v, want the message refused", resp.BatchItemFailures)
+		t.Errorf("batch item failures %v, want the message refused (kept for the dead-letter queue)", resp.BatchItemFailures)
 	}
 	if l := m.last(t); l.Values["FailureMessageRefused"] != 1 {
 		t.Errorf("metrics %v, want FailureMessageRefused 1", l.Values)
 	}
 	if n := len(rec.delivered()); n != 0 {
-		t.Errorf("%d records of a refused object applied, want 0", n)
+		t.Errorf("%d records of a refused message applied, want 0", n)
 	}
 }
