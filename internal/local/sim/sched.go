@@ -165,6 +165,14 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 	return ctx.Err()
 }
 
+// isDead reports whether a's sandbox died. A hang ends in gate after the invocation's context is
+// done, on a goroutine the invocation may have left running, so a.dead is read under s.mu.
+func (s *Sched) isDead(a *actor) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return a.dead
+}
+
 // kill ends a sandbox now (a crash the record itself causes, not a drawn fault).
 func (s *Sched) kill(a *actor, why string) {
 	s.mu.Lock()

@@ -288,7 +288,7 @@ func (l *lane) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		l.h = h
 	}
 	resp, err := l.h(ictx, payload)
-	if a.dead {
+	if l.w.s.isDead(a) {
 		l.h = nil // the next invocation is a cold start
 		return nil, errors.New("Runtime.ExitError: the sandbox died")
 	}
@@ -434,10 +434,10 @@ func Run(cfg Config) (res Result) {
 			a.cancel, a.done = cancel, rctx.Done()
 			sum, err := h.HandleSchedule(withActor(rctx, a))
 			if debug {
-				fmt.Printf("%s %s pass: %+v err=%v dead=%v\n", time.Now().UTC().Format("15:04:05"), a.name, sum, err, a.dead)
+				fmt.Printf("%s %s pass: %+v err=%v dead=%v\n", time.Now().UTC().Format("15:04:05"), a.name, sum, err, w.s.isDead(a))
 			}
 			cancel()
-			if a.dead {
+			if w.s.isDead(a) {
 				h = nil
 			}
 		}
@@ -466,7 +466,7 @@ func Run(cfg Config) (res Result) {
 			a.cancel, a.done = cancel, fctx.Done()
 			resp := h.HandleSQS(withActor(fctx, a), ev)
 			cancel()
-			if a.dead {
+			if w.s.isDead(a) {
 				h = nil
 				continue // the messages become visible again
 			}
