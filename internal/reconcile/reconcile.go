@@ -867,36 +867,22 @@ func (r *Reconciler) open(ctx context.Context, rd *shardReader, watermark, start
 // that the trim horizon had not passed that position when the page was read. GetRecords does not
 // say it: an iterator whose position expired reads on from the trim horizon, so the page would
 // start past records no one verified. The position is asked for again (GetShardIterator
-// AFTER_SEQUENCE_NUMBER follows): refused as trimmed, and with the trim horizon's first record
-// past follows (or none held), the record after follows expired, perhaps unseen, and the span
-// after the verified watermark is returned to be counted with the advance past it (a record
-// after follows that expired just after the page was read makes the count a false alarm:
-// counted, never a loss). Held, nothing was skipped. A failure to ask is returned: the walk
-// must not advance past a page it cannot vouch for.
+// AFTER_SEQUENCE_NUMBER follows): refused as trimmed, the record after follows expired, perhaps
+// unseen, and the span after the verified watermark is returned to be counted with the advance
+// past it (a record after follows that expired just after the page was read makes the count a
+// false alarm: counted, never a loss). Held, nothing was skipped. A failure to ask is returned:
+// the walk must not advance past a page it cannot vouch for.
 func (r *Reconciler) trimRead(ctx context.Context, shardID string, closed bool, follows, watermark string) (*lostSpan, error) {
 	err := r.reader(shardID, closed).open(ctx, types.ShardIteratorTypeAfterSequenceNumber, follows)
 	switch {
 	case err == nil, errors.Is(err, errNoRecord):
 		return nil, nil
-	case !errors.Is(err, errTrimmed):
-		return nil, err
+	case errors.Is(err, errTrimmed):
+		r.log.WarnContext(ctx, "the trim horizon passed the walk's position while it read: the records after it may have expired unseen",
+			"group", r.cfg.Group, "shard_id", shardID, "sequence_number", follows)
+		return &lostSpan{from: follows, after: watermark}, nil
 	}
-	// A refusal alone is no proof (Kinesis may refuse a number it cannot serve while the records
-	// before it are held): the span is lost only if the trim horizon is past follows.
-	th := r.reader(shardID, closed)
-	if err := th.open(ctx, "", ""); err != nil {
-		return nil, err
-	}
-	recs, _, err := th.next(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if len(recs) > 0 && seqnum.Compare(aws.ToString(recs[0].SequenceNumber), follows) <= 0 {
-		return nil, nil // follows is still held: nothing after it expired
-	}
-	r.log.WarnContext(ctx, "the trim horizon passed the walk's position while it read: the records after it may have expired unseen",
-		"group", r.cfg.Group, "shard_id", shardID, "sequence_number", follows)
-	return &lostSpan{from: follows, after: watermark}, nil
+	return nil, err
 }
 
 // after drops the leading records at or below seq ("" keeps all).
