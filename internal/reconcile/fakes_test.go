@@ -43,9 +43,6 @@ type memKinesis struct {
 	// at, when set, answers GetShardIterator AT_SEQUENCE_NUMBER instead of the default
 	// (position of seq; ResourceNotFoundException "Unable to find record" when not held).
 	at func(sh *memShard, seq string) (index int, err error)
-	// beforeGetRecords, when set, runs before the n-th GetRecords call (from 1) is answered, under
-	// the lock (a retention trim between two calls).
-	beforeGetRecords func(n int, sh *memShard)
 }
 
 var _ kinesisAPI = (*memKinesis)(nil)
@@ -144,13 +141,7 @@ func (m *memKinesis) GetRecords(_ context.Context, in *kinesis.GetRecordsInput, 
 	if err != nil {
 		return nil, err
 	}
-	if m.beforeGetRecords != nil {
-		m.beforeGetRecords(m.calls["GetRecords"], sh)
-	}
 	i, _ := strconv.Atoi(pos)
-	// An iterator the trim horizon passed since it was issued reads on from the trim horizon,
-	// as the retention model does: the expired records are skipped without an error.
-	i = max(i, sh.trimmed)
 	j := min(len(sh.recs), i+int(aws.ToInt32(in.Limit)))
 	out := &kinesis.GetRecordsOutput{Records: append([]kintypes.Record(nil), sh.recs[i:j]...), MillisBehindLatest: aws.Int64(int64(len(sh.recs) - j))}
 	if j < len(sh.recs) || sh.ending == "" {

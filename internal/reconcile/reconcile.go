@@ -687,12 +687,6 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 	now := r.now()
 	b := bounds{upper: upper, open: !closed, settled: now.Add(-r.cfg.SettleAfter), tail: now.Add(-TailAfter(r.cfg.MaxRecordAge, r.cfg.SettleAfter))}
 	var lastVerifiedArrival time.Time
-	// follows: the record the reader's next page follows, when the walk knows it (opened after
-	// the watermark, then each page's last record); "" when it was opened elsewhere.
-	follows := ""
-	if lost == nil && start != "" && !(resume && resumeErr == nil) {
-		follows = start
-	}
 	deferred := func() (ShardReport, error) {
 		rep.Deferred = true
 		rep.OldestUnverified = lastVerifiedArrival // the next record arrived at or after it
@@ -714,20 +708,6 @@ func (r *Reconciler) verifyShard(ctx context.Context, sh shardInfo, st checkpoin
 				return deferred()
 			}
 			return rep, err
-		}
-		if lost == nil && follows != "" && len(recs) > 0 {
-			// The trim horizon may have passed the position since the iterator was issued: then
-			// GetRecords reads on from the trim horizon without an error, and the page starts past
-			// records this walk never saw (trimRead).
-			if lost, err = r.trimRead(ctx, sh.id, closed, follows, rep.Watermark); err != nil {
-				if ctx.Err() != nil {
-					return deferred()
-				}
-				return rep, err
-			}
-		}
-		if len(recs) > 0 {
-			follows = aws.ToString(recs[len(recs)-1].SequenceNumber)
 		}
 		recs = after(recs, start) // from the trim horizon after a refusal: the watermark covers these
 		if lost != nil && lost.to == "" && len(recs) > 0 {
@@ -859,28 +839,6 @@ func (r *Reconciler) open(ctx context.Context, rd *shardReader, watermark, start
 		return &lostSpan{from: pos, after: watermark}, rd.open(ctx, "", "")
 	case errors.Is(err, errNoRecord):
 		return nil, rd.open(ctx, "", "")
-	}
-	return nil, err
-}
-
-// trimRead checks, after a page was read from an iterator positioned after the record follows,
-// that the trim horizon had not passed that position when the page was read. GetRecords does not
-// say it: an iterator whose position expired reads on from the trim horizon, so the page would
-// start past records no one verified. The position is asked for again (GetShardIterator
-// AFTER_SEQUENCE_NUMBER follows): refused as trimmed, the record after follows expired, perhaps
-// unseen, and the span after the verified watermark is returned to be counted with the advance
-// past it (a record after follows that expired just after the page was read makes the count a
-// false alarm: counted, never a loss). Held, nothing was skipped. A failure to ask is returned:
-// the walk must not advance past a page it cannot vouch for.
-func (r *Reconciler) trimRead(ctx context.Context, shardID string, closed bool, follows, watermark string) (*lostSpan, error) {
-	err := r.reader(shardID, closed).open(ctx, types.ShardIteratorTypeAfterSequenceNumber, follows)
-	switch {
-	case err == nil, errors.Is(err, errNoRecord):
-		return nil, nil
-	case errors.Is(err, errTrimmed):
-		r.log.WarnContext(ctx, "the trim horizon passed the walk's position while it read: the records after it may have expired unseen",
-			"group", r.cfg.Group, "shard_id", shardID, "sequence_number", follows)
-		return &lostSpan{from: follows, after: watermark}, nil
 	}
 	return nil, err
 }
