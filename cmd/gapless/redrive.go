@@ -49,7 +49,8 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"right the CLI needs). Without it, the local reconciler runs: functions/reconciler of the Go\n"+
 			"module holding the current directory (--function-dir), built and run under the Lambda runtime\n"+
 			"emulator with the env file's ReconcilerFunction variables, the flags given, --set, and the\n"+
-			"local stack's endpoints. Each invocation stops before the function's timeout and the next one\n"+
+			"local stack's endpoints (the shell's, after `. .local/stack.env`, or with --local the ones\n"+
+			"stack.env records). Each invocation stops before the function's timeout and the next one\n"+
 			"goes on. Progress per message and per invocation on stderr, summary on stdout (left,\n"+
 			"skipped, invalid and held are the last invocation's: what is still in the queue).\n"+
 			"Exits 1 when the function refuses the command or fails, or some message was left in the queue.")
