@@ -47,6 +47,12 @@ test-go:
 	$(GO) test $(GOTESTFLAGS) $(PKGS)
 	@for d in $(EXAMPLES); do echo "== $$d"; $(GO) -C $$d test $(GOTESTFLAGS) ./... || exit 1; done
 
+## check: lint, then in -short mode the tests of the packages that need no emulator
+## (scripts/stack-packages.sh names the others): the fast loop before `make test`
+.PHONY: check
+check: lint
+	$(GO) test -short -count=1 $$(scripts/stack-packages.sh --without-stack)
+
 ## lint: gofmt check and go vet
 lint: fmt-check vet
 
