@@ -7,7 +7,7 @@
 //   - (c) Gapless: internal/consumer's handler over internal/pipeline with the DynamoDB ledger
 //     (internal/dedupe), the checkpoint mirror (internal/checkpoint) and parking (internal/park).
 //
-// and, with the default Kinesis→SQS bridge instead of checksum.Process (issue 14):
+// and, with the default Kinesis→SQS bridge instead of checksum.Process:
 //
 //   - (a) BareSQS: Bare around process.New, one SendMessage per record (the usual recipe);
 //   - (c) GaplessSQS: Gapless with process.NewBatch through pipeline.WithBatchSink (SendMessageBatch

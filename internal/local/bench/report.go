@@ -117,7 +117,7 @@ func (r *Results) Targets() []Target {
 			}
 			return fmt.Sprintf("%.2f× (%.1f MB over a %.1f MB payload)", mem.PeakOverBytes, mb(mem.BatchPeakBytes), mb(int64(mem.PayloadBytes)))
 		}(), mem != nil && mem.PeakOverBytes <= 3)
-	// The default bridge (issue 14): batched gapless against the per-record bare bridge.
+	// The default bridge: batched gapless against the per-record bare bridge.
 	minRatio, worstReq := -1.0, -1.0
 	var ratioAt, reqAt string
 	for _, bs := range sizes {
