@@ -167,7 +167,7 @@ func TestAlarmMetricsAreEmitted(t *testing.T) {
 	}
 }
 
-// TestAlarmsForSilentFailures: the alarms of issue 11 item 9 exist and are shaped so they fire.
+// TestAlarmsForSilentFailures: the alarms for failures that are otherwise silent exist and are shaped so they fire.
 func TestAlarmsForSilentFailures(t *testing.T) {
 	c := loadTemplate(t)
 	type want struct {

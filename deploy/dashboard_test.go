@@ -49,7 +49,7 @@ var searchMetric = regexp.MustCompile(`^SEARCH\('\{([^}]*)\} MetricName="([^"]+)
 // TestDashboard: the dashboard exists, is named in the outputs, substitutes only the stack's
 // parameters, resources and pseudo parameters, and every widget's metric is one gapless emits
 // (namespace Gapless, dimension Group = GroupName, per shard also ShardId) or a documented AWS
-// metric; each series named in issue 15 is on it.
+// metric; each series the runbook names is on it.
 func TestDashboard(t *testing.T) {
 	c := loadTemplate(t)
 	if ids := c.resourcesOfType("AWS::CloudWatch::Dashboard"); !slices.Equal(ids, []string{"Dashboard"}) {

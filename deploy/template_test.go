@@ -391,7 +391,7 @@ func TestTablesMatchSchema(t *testing.T) {
 	}
 }
 
-// TestPayloadBucket: the claim-check bucket of issue 11 items 7 and 13 (SSE, no public access,
+// TestPayloadBucket: the claim-check bucket for records too large for an SQS message (SSE, no public access,
 // TLS only, kept on delete, objects outliving every queue whose messages name them) and the
 // 1 MiB queues the code's inline limits assume.
 func TestPayloadBucket(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"github.com/gapless-dev/gapless/process"
 )
 
-// TestForwardLargeRecordsOnSQS is issue 11 item 13: every record Kinesis accepts crosses the
+// TestForwardLargeRecordsOnSQS proves that every record Kinesis accepts crosses the
 // bridge. A binary record over ~768 KiB (base64 grows it by a third), text within a few bytes of
 // 1 MiB once the attributes are counted, and records of a few MiB (a stream whose maximum record
 // size was raised) exceed SQS's 1 MiB message; the bridge used to fail them on every attempt

@@ -30,7 +30,7 @@ func TestCountLoss(t *testing.T) {
 		{name: "fresh item", wantAdvanced: true, wantLost: 1},
 		{name: "behind the offered value", stored: seq56a, wantAdvanced: true, wantLost: 1},
 		{name: "lost race: another writer passed it", stored: seq56a, after: "-", wantLost: 0},
-		// Item 11 of issue 11: the update is applied, its response is lost, the SDK's retry
+		// The update is applied, its response is lost, the SDK's retry
 		// fails the condition. The write is this caller's: Advanced, counted once.
 		{name: "response dropped once", rules: []faultproxy.Rule{{Match: faultproxy.Ops(opUpdateItem), Fault: faultproxy.DropAfterForward, Rate: 1, Count: 1}},
 			wantAdvanced: true, wantLost: 1},

@@ -164,7 +164,7 @@ func TestParkUnit(t *testing.T) {
 }
 
 // TestEveryParkIsADistinctMessage: two parks of one record differ in deduplication id and
-// object key (issue 11 item 8), so a FIFO queue keeps both.
+// object key, so a FIFO queue keeps both.
 func TestEveryParkIsADistinctMessage(t *testing.T) {
 	var dedup, keys []string
 	fake := sendFunc(func(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
@@ -248,7 +248,7 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 // every message back: the payload is byte-for-byte the record's, inline when it fits (bytes that
 // are not valid UTF-8 included) and from the payload bucket when it does not: ~200 KB (inline at
 // the 1 MiB default), ~1 MiB (a full Kinesis record) and a few MiB (a stream whose maximum
-// record size was raised, up to 10 MiB). Issue 11 item 7: such records were parked "by
+// record size was raised, up to 10 MiB). Such records were parked "by
 // reference", without their payload; after the stream's retention it existed nowhere.
 func TestParkOnSQS(t *testing.T) {
 	ctx := context.Background()

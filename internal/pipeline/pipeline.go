@@ -2,7 +2,7 @@
 // guarantees gapless is built on. The consumer function runs every Lambda batch through it; the
 // reconciler runs its replays through the same code.
 //
-// Per batch (SPEC "Consumer invocation"; the in-flight marker design is in docs/consumer.md):
+// Per batch (the in-flight marker design is in docs/consumer.md):
 //
 //  1. One ledger Lookup for [first, last] of the batch, and beside it (in parallel, no added
 //     round trip) the run's in-flight Marker: the exact records it is about to work on and a

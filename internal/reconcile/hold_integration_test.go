@@ -19,7 +19,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
-// TestHoldKeyEndToEnd is issue 15 part 1 against the local stack (DynamoDB ledger and holds, SQS
+// TestHoldKeyEndToEnd runs ON_PARK=hold-key against the local stack (DynamoDB ledger and holds, SQS
 // parked queue). Key K has records n, n+1, n+2 in one consumer batch, n poison: today n+1 and n+2
 // are applied while n is parked (the continue subtest shows it). With ON_PARK=hold-key they are
 // parked behind n, and so are K's records in the next batch, on a child shard after a reshard

@@ -54,7 +54,7 @@ func drainParked(t *testing.T, client *sqs.Client, url string) []park.Message {
 	return out
 }
 
-// TestRedriveOnFIFOParkedQueueKeepsTheRecord is issue 11 item 8. A record parked on a FIFO
+// TestRedriveOnFIFOParkedQueueKeepsTheRecord proves that a record parked on a FIFO
 // queue, redriven while its cause is still there, is parked again within SQS's 5-minute
 // deduplication window. When both parks carried the same MessageDeduplicationId (the record id),
 // SQS accepted the second send and dropped it, and redrive then deleted the original: the parked
@@ -100,7 +100,7 @@ func TestRedriveOnFIFOParkedQueueKeepsTheRecord(t *testing.T) {
 	}
 }
 
-// TestRedriveLargeRecordsAfterTheStreamLostThem is issue 11 item 7. Records of ~200 KB, ~1 MiB
+// TestRedriveLargeRecordsAfterTheStreamLostThem proves that records of ~200 KB, ~1 MiB
 // and a few MiB (a stream whose maximum record size was raised takes up to 10 MiB) fail their
 // budget and are parked; then the stream no longer holds them (retention, modelled by a stream
 // without records). Redrive must still run each with its exact payload. When large records were

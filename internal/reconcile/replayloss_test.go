@@ -9,7 +9,7 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
-// TestReplayRangeLossCountedOnce: SPEC invariant 7 (never invented, never counted twice) for
+// TestReplayRangeLossCountedOnce: a loss is never invented and never counted twice, for
 // spans that ReplayRange finds expired. Each case replays a range whose start has expired and
 // then runs the scheduled pass; the shard's LostToRetention counter must end at the number of
 // spans an unverified record really expired in (0 or 1), whichever finds it first.

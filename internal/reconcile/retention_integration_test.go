@@ -98,7 +98,7 @@ func verifiedThenTrimmed(t *testing.T, s *stack) (all []put) {
 	return append(all, late...)
 }
 
-// TestRetentionLossThroughTrimHorizon: issue 11 item 1. The stream really trims (through the
+// TestRetentionLossThroughTrimHorizon: the stream really trims (through the
 // retention proxy): the span is counted once, with the watermark advance that passes it.
 func TestRetentionLossThroughTrimHorizon(t *testing.T) {
 	s := newStack(t, 1)
@@ -129,7 +129,7 @@ func TestRetentionLossThroughTrimHorizon(t *testing.T) {
 	}
 }
 
-// TestRetentionCountSurvivesACrash: issue 11 item 4. The counter write is cut off (as if the
+// TestRetentionCountSurvivesACrash: the counter write is cut off (as if the
 // reconciler died after moving the watermark). The watermark must never be past the span while
 // the count is missing; the next run counts it.
 func TestRetentionCountSurvivesACrash(t *testing.T) {
@@ -158,7 +158,7 @@ func TestRetentionCountSurvivesACrash(t *testing.T) {
 	}
 }
 
-// TestRetentionCountSurvivesALostResponse: issue 11 item 11. DynamoDB applies the watermark
+// TestRetentionCountSurvivesALostResponse: dynamoDB applies the watermark
 // advance that passes the span, its response is lost, the SDK's retry fails the condition.
 func TestRetentionCountSurvivesALostResponse(t *testing.T) {
 	s := newStack(t, 1)
@@ -184,7 +184,7 @@ func TestRetentionCountSurvivesALostResponse(t *testing.T) {
 	}
 }
 
-// TestRetentionLossOnAShardNeverVerified: issue 11 item 2. No watermark yet: records trimmed
+// TestRetentionLossOnAShardNeverVerified: no watermark yet: records trimmed
 // before anyone read them are counted, from the shard's own starting sequence number.
 func TestRetentionLossOnAShardNeverVerified(t *testing.T) {
 	s := newStack(t, 1)
@@ -210,7 +210,7 @@ func TestRetentionLossOnAShardNeverVerified(t *testing.T) {
 	}
 }
 
-// TestReplayRangeBelowTheShardIsNoLoss: issue 11 item 3. `gapless replay --from 1 --to 2` on a
+// TestReplayRangeBelowTheShardIsNoLoss: `gapless replay --from 1 --to 2` on a
 // fresh stream: the range lies below the shard's first sequence number, nothing was there.
 func TestReplayRangeBelowTheShardIsNoLoss(t *testing.T) {
 	s := newStack(t, 1)
@@ -250,7 +250,7 @@ func closedShard(t *testing.T, s *stack) (parent string, recs []put, p *retentio
 	return parent, recs, p
 }
 
-// TestClosedShardEndsOnlyAtShardEnd: issue 11 item 5. GetRecords returns empty pages mid-shard
+// TestClosedShardEndsOnlyAtShardEnd: getRecords returns empty pages mid-shard
 // (MillisBehindLatest 0); only a nil NextShardIterator ends a closed shard.
 func TestClosedShardEndsOnlyAtShardEnd(t *testing.T) {
 	t.Run("scheduled pass", func(t *testing.T) {
@@ -280,7 +280,7 @@ func TestClosedShardEndsOnlyAtShardEnd(t *testing.T) {
 	})
 }
 
-// TestPartialCloseIsNoLoss: issue 11 item 14. A closed shard verified to its end whose
+// TestPartialCloseIsNoLoss: a closed shard verified to its end whose
 // MarkClosed failed: the next pass must not read the refusal of its ending sequence number as
 // records trimmed.
 func TestPartialCloseIsNoLoss(t *testing.T) {

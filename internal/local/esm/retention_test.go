@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestRetentionExpiresHeldRecords: issue 11 item 1. A shard's invocations are throttled (the
+// TestRetentionExpiresHeldRecords: a shard's invocations are throttled (the
 // consumer is held back) until its buffered records are older than the stream's retention
 // period: Lambda stops retrying them and moves on, silently (no OnFailure message); the records
 // after them are processed.
