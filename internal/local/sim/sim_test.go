@@ -15,13 +15,14 @@ import (
 var (
 	flagSeeds      = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
 	flagDuration   = flag.Duration("sim.duration", 0, "run fresh seeds for this long (wall clock)")
-	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger+", "+MutationDropHold+", "+MutationCloseBeforeCount+", "+MutationCountOnDirection+", "+MutationHoldQueueOrder)
+	flagMutation   = flag.String("sim.mutation", "", "put a defect back: "+MutationCheckpointDecides+", "+MutationDropMarker+", "+MutationDropLedger+", "+MutationDropHold+", "+MutationCloseBeforeCount+", "+MutationCountOnDirection+", "+MutationHoldQueueOrder+", "+MutationFailureRangeWithoutLanes)
 	flagBase       = flag.Uint64("sim.base", 0, "first fresh seed (0: from the clock)")
 	flagStride     = flag.Uint64("sim.stride", 1, "fresh seeds are base+offset+i*stride (several processes share one base)")
 	flagOffset     = flag.Uint64("sim.offset", 0, "see -sim.stride")
 	flagRetention  = flag.Duration("sim.retention", 0, "the short retention of one run in four (default 6m; below the tail rule's 4m finds the uncounted-tail loss)")
 	flagVerbose    = flag.Bool("sim.v", false, "print every run's counts")
 	flagShrinkTime = flag.Duration("sim.shrinktime", time.Minute, "wall-clock budget for shrinking one failing run")
+	flagControl    = flag.Bool("sim.control", false, "with -sim.mutation: the mutation's run shape without the defect (a control)")
 	flagShrink     = flag.Int("sim.shrink", 1, "shrink and print the fault schedule of the first N failing runs (others print their violations)")
 )
 
@@ -113,7 +114,7 @@ func newSummary() *summary {
 	return &summary{byInvariant: map[string]int{}, counts: map[string]int{}, sites: map[string]*SiteStats{}, firstFail: map[string]int{}}
 }
 
-var invariants = []string{"out of order", "parked behind a later record", "lost", "verified past an unaccounted record", "parked with a different payload", "loss not counted", "loss counted twice", "verified across the trim horizon", "parked message does not decode"}
+var invariants = []string{"out of order", "applied ahead of its lane", "parked behind a later record", "lost", "verified past an unaccounted record", "parked with a different payload", "loss not counted", "loss counted twice", "verified across the trim horizon", "parked message does not decode"}
 
 // flagOpen names invariants whose breaks are open findings (docs/simulator.md, "Open
 // findings"): a fresh-seed run reports them, with their seeds, without failing. `make sim`
@@ -288,6 +289,9 @@ func TestSim(t *testing.T) {
 			seed = list[i]
 		}
 		cfg := WithMutation(Defaults(seed), *flagMutation)
+		if *flagControl {
+			cfg.Mutation = ""
+		}
 		res := runOne(t, cfg)
 		sum.add(res)
 		if *flagVerbose {
@@ -371,6 +375,9 @@ func TestSimFindsMutations(t *testing.T) {
 		// The hold walk in the order the redrive session received the messages (a standard queue
 		// keeps none): a later record of a held key is applied before its head.
 		{MutationHoldQueueOrder, []string{"out of order"}, "", 30},
+		// A failure-queue range replayed in every lane: a later record of a key in another lane's
+		// range is applied while that lane, behind, still holds an earlier one.
+		{MutationFailureRangeWithoutLanes, []string{"applied ahead of its lane"}, "", 60},
 	} {
 		t.Run(tc.mutation, func(t *testing.T) {
 			breaks := func(res Result) string {

@@ -69,6 +69,10 @@ const (
 	// order the redrive session received their messages, not the order they were parked in
 	// (queueOrderHolds): the hold walk trusts the queue order.
 	MutationHoldQueueOrder = "hold-queue-order"
+	// MutationFailureRangeWithoutLanes builds the failure-queue reconciler without the mapping's
+	// ParallelizationFactor (no WithLanes): a given-up batch's range is replayed in every lane,
+	// not only in the batch's.
+	MutationFailureRangeWithoutLanes = "failure-range-without-lanes"
 )
 
 // Config is one run's shape. Zero fields get Defaults' values.
@@ -150,6 +154,12 @@ func WithMutation(cfg Config, mutation string) Config {
 		}
 	case MutationCountOnDirection:
 		cfg.Split, cfg.Retention = true, 5*time.Minute
+	case MutationFailureRangeWithoutLanes:
+		// Lanes for the replay to ignore; batches given up at their first failure, so that the
+		// failure queue replays often; lanes held up by hangs (a 10 s function timeout each), so
+		// that one lane is behind when another gives a batch up.
+		cfg.Parallelization, cfg.MaxRetry, cfg.HoldKey, cfg.Redrive = 3, 0, false, false
+		cfg.Faults.Hang = 0.02
 	case MutationCloseBeforeCount:
 		// Faults go on while the spans expire (after the retention), so that a pass can die
 		// between the two writes.
@@ -184,9 +194,11 @@ type world struct {
 	failureURL string
 	log        *slog.Logger
 
-	mu    sync.Mutex
-	seen  map[string][]string  // record id -> who applied its effect, in order
-	first map[string]time.Time // record id -> the time of its first effect
+	mu     sync.Mutex
+	seen   map[string][]string    // record id -> who applied its effect, in order
+	seenAt map[string][]time.Time // record id -> when, in the same order
+	first  map[string]time.Time   // record id -> the time of its first effect
+	lanes  *laneLog               // the mapping's lane releases (the lane oracle)
 }
 
 func recKey(shardID, seq string) string { return shardID + "/" + seq }
@@ -210,6 +222,7 @@ func (w *world) see(id, by string) {
 		w.first[id] = time.Now()
 	}
 	w.seen[id] = append(w.seen[id], by)
+	w.seenAt[id] = append(w.seenAt[id], time.Now())
 	w.mu.Unlock()
 }
 
@@ -334,7 +347,9 @@ func (w *world) reconcileHandler() (*reconcile.Handler, error) {
 	opts := []reconcile.HandlerOption{reconcile.WithRelease(sqsClient{s: w.s, m: w.q})}
 	// PARALLELIZATION_FACTOR: the deployed reconciler is configured with the mapping's, so
 	// that a given-up range replays its batch's lane only.
-	opts = append(opts, reconcile.WithLanes(w.cfg.Parallelization))
+	if w.cfg.Mutation != MutationFailureRangeWithoutLanes {
+		opts = append(opts, reconcile.WithLanes(w.cfg.Parallelization))
+	}
 	return reconcile.NewHandler(r, nil, w.log, opts...), nil
 }
 
@@ -353,7 +368,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // Run runs one whole-system simulation. It must be called inside a synctest bubble.
 func Run(cfg Config) (res Result) {
 	w := &world{cfg: cfg, s: newSched(cfg.Seed, cfg.Faults, cfg.Suppress), ddb: NewDynamo(), q: NewSQS(),
-		log: slog.New(slog.DiscardHandler), seen: map[string][]string{}, first: map[string]time.Time{}}
+		log: slog.New(slog.DiscardHandler), seen: map[string][]string{}, seenAt: map[string][]time.Time{}, first: map[string]time.Time{}, lanes: newLaneLog()}
 	w.kin = NewKinesis(streamName, cfg.Shards, cfg.Retention, rand.New(rand.NewPCG(cfg.Seed, 4)))
 	w.ddb.CreateTable(cpTable, schema.PartitionKey, schema.SortKey)
 	w.ddb.CreateTable(ledgerTable, schema.PartitionKey, schema.SortKey)
@@ -409,7 +424,7 @@ func Run(cfg Config) (res Result) {
 		func(shardID string, n int) (esm.Invoker, error) {
 			return &lane{w: w, name: fmt.Sprintf("%s/%d", shardID[len(shardID)-3:], n)}, nil
 		}, ecfg,
-		esm.WithRetention(cfg.Retention), esm.WithShardDiscoveryInterval(5*time.Second),
+		esm.WithRetention(cfg.Retention), esm.WithShardDiscoveryInterval(5*time.Second), esm.WithObserver(w.lanes.observe),
 		esm.WithDestinationFault(func(m onfailure.Message) error {
 			if w.s.chance(cfg.Faults.NoDest, "on-failure message not delivered: "+m.KinesisBatchInfo.ShardID+" "+m.KinesisBatchInfo.StartSequenceNumber) {
 				return errors.New("sim: destination not delivered")
@@ -560,9 +575,14 @@ func (w *world) check() Result {
 	// everParked: every park of a record, including messages a redrive has since deleted (the
 	// order oracle asks when a record was first parked).
 	everParked := map[string][]park.Message{}
+	parkedAt := map[string]time.Time{} // record id -> its first park
 	for _, body := range w.q.Sent(w.parkedURL) {
 		if m, err := park.Decode(body); err == nil {
-			everParked[recKey(m.ShardID, m.Seq)] = append(everParked[recKey(m.ShardID, m.Seq)], m)
+			id := recKey(m.ShardID, m.Seq)
+			everParked[id] = append(everParked[id], m)
+			if t, ok := parkedAt[id]; !ok || m.ParkedAt.Before(t) {
+				parkedAt[id] = m.ParkedAt
+			}
 		}
 	}
 	states := map[string]checkpoint.State{}
@@ -662,6 +682,7 @@ func (w *world) check() Result {
 		if w.cfg.HoldKey {
 			w.checkOrder(shardID, all[shardID], everParked, bad)
 		}
+		w.checkLanes(shardID, all[shardID], parkedAt, bad)
 	}
 	return res
 }
