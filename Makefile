@@ -18,17 +18,19 @@ tools/node_modules/.package-lock.json: tools/package.json tools/package-lock.jso
 	cd tools && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-## gapless: the operator CLI into bin/gapless
+## gapless: the operator CLI into bin/gapless (links no harness) and the developer tool into
+## bin/gapless-dev (up, down, invoke, demo, bench, and the operator commands on the local stack)
 gapless:
 	$(GO) build -o $(BIN)/gapless ./cmd/gapless
+	$(GO) build -o $(BIN)/gapless-dev ./internal/local/cmd/gapless-dev
 
 ## up / down: the local stack on 127.0.0.1 (ports: GAPLESS_PORT_KINESIS, _DYNAMODB, _SQS, _MOTO) with
 ## the stream, tables and queues events/env.json names; `up` keeps a stack that is already up
 up: tools gapless
-	$(BIN)/gapless up
+	$(BIN)/gapless-dev up
 
 down: gapless
-	$(BIN)/gapless down
+	$(BIN)/gapless-dev down
 
 ## test: lint, then the whole suite with -race against dynalite+fauxqs, and the packages that
 ## talk to the stack again against moto_server
@@ -72,7 +74,7 @@ clean:
 .PHONY: bench bench-go
 BENCH_FLAGS ?=
 bench: tools gapless
-	$(BIN)/gapless bench $(BENCH_FLAGS)
+	$(BIN)/gapless-dev bench $(BENCH_FLAGS)
 
 ## bench-go: the hot-path testing.B benchmarks, -count=6, into $(BENCH_GO_OUT) for benchstat
 BENCH_GO_OUT   ?= docs/benchmarks-go.txt
@@ -91,15 +93,15 @@ bench-reconcile:
 ## demo: the seed's load test with every fault on: the mapping alone, checkpoint decides (the
 ## seed report's consumer) and gapless, side by side (report in reports/demo-<timestamp>/).
 ## Flags: make demo DEMO_FLAGS="--seed 7 --json"; soak: make demo DEMO_FLAGS="--duration 10m".
-## `bin/gapless demo --help` lists them all. Stdout carries only the demo's table or JSON
+## `bin/gapless-dev demo --help` lists them all. Stdout carries only the demo's table or JSON
 ## object (make demo DEMO_FLAGS=--json | jq .lost): the installs and builds report on stderr.
 DEMO_FLAGS ?=
 DEMO_DEPS  ?= tools gapless
 .PHONY: demo
 demo:
-	@echo "== installing the emulators (npm ci, when missing) and building $(BIN)/gapless" >&2
+	@echo "== installing the emulators (npm ci, when missing) and building $(BIN)/gapless-dev" >&2
 	@$(MAKE) --no-print-directory $(DEMO_DEPS) >&2
-	@$(BIN)/gapless demo $(DEMO_FLAGS)
+	@$(BIN)/gapless-dev demo $(DEMO_FLAGS)
 
 ## invoke: run a function once under aws-lambda-rie with an events/ fixture against the local
 ## stack (the local `sam local invoke`, variables from events/env.json); starts the stack when
@@ -107,8 +109,8 @@ demo:
 FUNCTION ?= ConsumerFunction
 EVENT    ?= events/kinesis-clean.json
 invoke: tools gapless
-	@$(BIN)/gapless up
-	$(BIN)/gapless invoke $(FUNCTION) -e $(EVENT)
+	@$(BIN)/gapless-dev up
+	$(BIN)/gapless-dev invoke $(FUNCTION) -e $(EVENT)
 
 ## sim: the deterministic whole-system simulator (docs/simulator.md). SEEDS=7 or SEEDS=1,2,3 or
 ## SEEDS=100+50 replays seeds; otherwise fresh seeds for DURATION (default 1m) on SIM_PROCS

@@ -7,7 +7,7 @@ set -euo pipefail
 backend=$1; shift
 root=$(cd "$(dirname "$0")/.." && pwd)
 state="$root/.local/test-$backend"
-gapless="$root/bin/gapless"
+gapless="$root/bin/gapless-dev"
 "$gapless" up --backend "$backend" --free-ports --bare --state "$state"
 trap '"$gapless" down --state "$state"' EXIT
 # shellcheck disable=SC1091
