@@ -66,7 +66,7 @@ func checkMap(t *testing.T, doc string, named map[string]bool) {
 	}
 }
 
-var pathToken = regexp.MustCompile("`((?:github\\.com/gapless-dev/gapless|cmd|deploy|events|examples|functions|internal|process)(?:/[a-z0-9_]+)*)/?`")
+var pathToken = regexp.MustCompile("`((?:github\\.com/gapless-dev/gapless|cmd|deploy|events|examples|functions|internal|process)(?:/[a-z0-9_-]+)*)/?`")
 
 // TestDesignPackageMapMatchesTheTree: docs/design.md's package table names every package of the
 // module, and nothing that is not there.
@@ -101,7 +101,7 @@ func TestLayoutMatchesTheTree(t *testing.T) {
 	_, block, _ := strings.Cut(section, "```\n")
 	block, _, _ = strings.Cut(block, "```\n")
 	named := map[string]bool{}
-	dir := regexp.MustCompile(`^((?:[a-z0-9_]+/)+)(?:,\s+((?:[a-z0-9_]+/)+))?\s`)
+	dir := regexp.MustCompile(`^((?:[a-z0-9_-]+/)+)(?:,\s+((?:[a-z0-9_-]+/)+))?\s`)
 	for _, line := range strings.Split(block, "\n") {
 		if m := dir.FindStringSubmatch(line); m != nil {
 			for _, p := range m[1:] {
