@@ -69,7 +69,8 @@ func TestFlagsFollowTheFunctionsRules(t *testing.T) {
 	}
 }
 
-// TestFlagsOfTheCLIOnly: flags with no function variable are held to their own ranges.
+// TestFlagsOfTheCLIOnly: flags with no function variable are held to their own ranges (the
+// developer tool's invoke --timeout is tested with its command).
 func TestFlagsOfTheCLIOnly(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -78,9 +79,6 @@ func TestFlagsOfTheCLIOnly(t *testing.T) {
 		{[]string{"status", "--max-records", "-1"}, "for flag --max-records"},
 		{[]string{"status", "--max-records", "0"}, "for flag --max-records"},
 		{[]string{"status", "--max-records", "1"}, ""},
-		{[]string{"invoke", "ConsumerFunction", "-e", "x.json", "--timeout", "0"}, "for flag --timeout"},
-		{[]string{"invoke", "ConsumerFunction", "-e", "x.json", "--timeout", "16m"}, "for flag --timeout"},
-		{[]string{"invoke", "ConsumerFunction", "-e", "x.json", "--timeout", "15m"}, ""},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, stderr, code := gapless(t, append(tc.args, "--no-such-flag")...)

@@ -169,3 +169,22 @@ func testStack(t *testing.T, ctx context.Context, state string) map[string]strin
 	}
 	return localstack.Env(procs)
 }
+
+// TestInvokeTimeoutRange: invoke's --timeout is held to Lambda's function timeout range
+// (1 s to 15 min), refused with the flag's name before anything starts.
+func TestInvokeTimeoutRange(t *testing.T) {
+	for _, tc := range []struct {
+		timeout string
+		refused bool
+	}{{"0", true}, {"16m", true}, {"15m", false}} {
+		t.Run(tc.timeout, func(t *testing.T) {
+			_, stderr, code := gapless(t, "invoke", "ConsumerFunction", "-e", "x.json", "--timeout", tc.timeout, "--no-such-flag")
+			if code != 2 {
+				t.Fatalf("exit %d, want 2 (usage): %s", code, stderr)
+			}
+			if got := strings.Contains(stderr, "for flag --timeout"); got != tc.refused {
+				t.Errorf("--timeout %s: refused %v, want %v: %s", tc.timeout, got, tc.refused, stderr)
+			}
+		})
+	}
+}
