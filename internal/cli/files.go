@@ -53,11 +53,11 @@ func readEnvSection(file, function string) (map[string]string, error) {
 	return sec, nil
 }
 
-// readStackEnv reads the `export K=V` lines `gapless up` writes to stack.env.
+// readStackEnv reads the `export K=V` lines `gapless-dev up` writes to stack.env.
 func readStackEnv(file string) (map[string]string, error) {
 	f, err := os.Open(file)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no local stack: %s does not exist (start one with `gapless up`, or pass --state)", file)
+		return nil, fmt.Errorf("no local stack: %s does not exist (start one with `make up` or `gapless-dev up`, or pass --state)", file)
 	}
 	if err != nil {
 		return nil, err

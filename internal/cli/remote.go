@@ -186,7 +186,7 @@ func reconcilerInvoker(ctx context.Context, o *opsOptions, r *reconcilerOptions,
 	return startLocalReconciler(ctx, o, r, fs, stderr)
 }
 
-// startLocalReconciler builds the reconciler's main (as `gapless invoke` builds it) and starts
+// startLocalReconciler builds the reconciler's main (as `gapless-dev invoke` builds it) and starts
 // it under the emulator with its variables: the env file's ReconcilerFunction section, then the
 // shared flags given on the command line (or, for a variable the file lacks, their $VAR
 // defaults), then --set, then the stack's endpoints.

@@ -153,7 +153,7 @@ type opsClients struct {
 }
 
 // loadClients points the SDK at AWS_ENDPOINT_URL_* when any is set (or --aws), else at the local
-// stack recorded in stack.env by `gapless up` when it exists, else at AWS.
+// stack recorded in stack.env by `gapless-dev up` when it exists, else at AWS.
 // connect checks that the names a subcommand needs are set (require) and builds its clients.
 func (o *opsOptions) connect(ctx context.Context, fs *flag.FlagSet, stderr io.Writer, names ...string) (opsClients, error) {
 	if err := o.require(fs, names...); err != nil {
@@ -170,7 +170,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // loadClients points the SDK at AWS (AWS_ENDPOINT_URL_* honoured, as every SDK does) unless
-// --local or --state asks for the local stack recorded in stack.env by `gapless up`: an
+// --local or --state asks for the local stack recorded in stack.env by `gapless-dev up`: an
 // operator command never reaches a local stack it was not told to, nor AWS when it was.
 func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClients, error) {
 	envSet := os.Getenv("AWS_ENDPOINT_URL_KINESIS") != "" || os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL_SQS") != ""
@@ -203,7 +203,7 @@ func loadClients(ctx context.Context, o *opsOptions, stderr io.Writer) (opsClien
 		return opsClients{kin: kinesis.NewFromConfig(cfg), ddb: dynamodb.NewFromConfig(cfg), sqs: sqs.NewFromConfig(cfg), s3: wire.NewS3(cfg, os.Getenv)}, nil
 	}
 	if stackFile == "" || !fileExists(stackFile) {
-		return opsClients{}, fmt.Errorf("no local stack recorded (no %s): start one with `make up` (or `gapless up`)", cmp.Or(stackFile, ".local/stack.env"))
+		return opsClients{}, fmt.Errorf("no local stack recorded (no %s): start one with `make up` (or `gapless-dev up`)", cmp.Or(stackFile, ".local/stack.env"))
 	}
 	env, err := readStackEnv(stackFile)
 	if err != nil {

@@ -185,7 +185,7 @@ func stateArg(state string) string {
 
 func runDown(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, state := stackFlags("down")
-	setHelp(fs, "down [flags]", "Stops the local stack that `gapless up` recorded in <state>/stack.env (by PID) and removes\nthat file. Its data goes with it.")
+	setHelp(fs, "down [flags]", "Stops the local stack that `gapless-dev up` recorded in <state>/stack.env (by PID) and removes\nthat file. Its data goes with it.")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
