@@ -41,7 +41,7 @@ type benchOptions struct {
 
 // parseBenchFlags parses bench's flags; -h prints the help on stdout.
 func parseBenchFlags(args []string, stdout io.Writer) (benchOptions, error) {
-	fs := flag.NewFlagSet("gapless bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("gapless-dev bench", flag.ContinueOnError)
 	var o benchOptions
 	quick := fs.Bool("quick", false, "a ~1-minute run: short budgets, the idempotency baseline capped at 1,000 records per round, smaller side measurements")
 	handlers := fs.String("handlers", strings.Join(bench.Handlers, ","), "handlers to run (bare, idempotent, gapless; bare-sqs and gapless-sqs: the default Kinesis→SQS bridge, per-record SendMessage against gapless's batched sink)")
@@ -115,7 +115,7 @@ func parseBenchFlags(args []string, stdout io.Writer) (benchOptions, error) {
 	if c.MemoryRecords < 0 || c.MemoryRecords > 10000 {
 		return o, fmt.Errorf("--memory-records %d: want 0 to 10000", c.MemoryRecords)
 	}
-	o.argsShown = strings.TrimSpace("gapless bench " + strings.Join(args, " "))
+	o.argsShown = strings.TrimSpace("gapless-dev bench " + strings.Join(args, " "))
 	return o, nil
 }
 

@@ -23,10 +23,10 @@ func init() {
 func demoFlags(stderr io.Writer) (*flag.FlagSet, *demo.Config, *demoCLI) {
 	cfg := demo.DefaultConfig()
 	cli := &demoCLI{}
-	fs := flag.NewFlagSet("gapless demo", flag.ContinueOnError)
+	fs := flag.NewFlagSet("gapless-dev demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: gapless demo [flags]
+		fmt.Fprint(fs.Output(), `usage: gapless-dev demo [flags]
 
 Runs the load test of the field report gapless grew from (a clustered consumer lost ~40 of
 4,500 records to a shared compare-and-set checkpoint) on the local stack (started on 127.0.0.1
@@ -152,7 +152,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if set["variants"] {
 		vs, err := demo.ParseVariants(cli.variants)
 		if err != nil {
-			fmt.Fprintln(stderr, "gapless demo:", err)
+			fmt.Fprintln(stderr, "gapless-dev demo:", err)
 			return errUsage
 		}
 		cfg.Variants = vs
@@ -173,7 +173,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	res, err := demo.Run(ctx, *cfg, opts)
 	if err != nil {
 		if errors.Is(err, demo.ErrConfig) {
-			fmt.Fprintln(stderr, "gapless demo:", err)
+			fmt.Fprintln(stderr, "gapless-dev demo:", err)
 			return errUsage
 		}
 		if ctx.Err() != nil {

@@ -40,7 +40,7 @@ type invokeOptions struct {
 
 func parseInvokeFlags(args []string, stdout io.Writer) (invokeOptions, error) {
 	var o invokeOptions
-	fs := flag.NewFlagSet("gapless invoke", flag.ContinueOnError)
+	fs := flag.NewFlagSet("gapless-dev invoke", flag.ContinueOnError)
 	fs.StringVar(&o.event, "e", "", "event file to invoke with (e.g. events/kinesis-clean.json); required")
 	fs.StringVar(&o.envFile, "env", "events/env.json", "env-vars file (sam local invoke --env-vars format, one section per function)")
 	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env (default <repo>/.local, written by gapless up)")

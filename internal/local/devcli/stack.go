@@ -19,7 +19,7 @@ func init() {
 }
 
 func stackFlags(name string) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("gapless "+name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("gapless-dev "+name, flag.ContinueOnError)
 	state := fs.String("state", "", "directory for PID file, endpoints (stack.env) and logs (default <repo>/.local)")
 	return fs, state
 }
