@@ -127,3 +127,21 @@ func TestErrorNamesTheCommandOnce(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestNearest: a swap of two neighbouring letters is one edit, so a short name misspelt that
+// way still gets its suggestion; a word as far from a name as it is long gets none.
+func TestNearest(t *testing.T) {
+	names := []string{"bench", "demo", "down", "invoke", "status", "up"}
+	for _, tc := range []struct{ in, want string }{
+		{"dmeo", "demo"},
+		{"dwon", "down"},
+		{"invkoe", "invoke"},
+		{"stats", "status"},
+		{"pu", ""},
+		{"xyzw", ""},
+	} {
+		if got := nearest(tc.in, names); got != tc.want {
+			t.Errorf("nearest(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -142,10 +142,12 @@ func nearest(s string, candidates []string) string {
 	return best
 }
 
-// editDistance is the Levenshtein distance of a and b (bytes).
+// editDistance is the optimal-string-alignment distance of a and b (bytes): Levenshtein's
+// insertions, deletions and substitutions, and a swap of two neighbouring bytes as one edit
+// (the commonest typing slip: "dmeo" is one edit from "demo").
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
+	rows := [3][]int{make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)}
+	prev2, prev, cur := rows[0], rows[1], rows[2]
 	for j := range prev {
 		prev[j] = j
 	}
@@ -157,8 +159,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }
