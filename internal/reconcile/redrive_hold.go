@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -13,6 +14,7 @@ import (
 	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/recordid"
+	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 
 // Redrive of held keys (ON_PARK=hold-key; the pipeline side is internal/pipeline/hold.go).
@@ -156,6 +158,7 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 			delete(byID, rid)
 		}
 	}
+	ahead := map[recordid.ID]bool{} // applied by applyEarlier, ahead of their places
 	for {
 		applied := map[recordid.ID]bool{}
 		for _, id := range st.Held[:min(st.Applied, len(st.Held))] {
@@ -177,6 +180,15 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 					return append(keep, leave(err)...)
 				}
 				continue
+			}
+			// Records of the same shard listed after this one but earlier in the stream (parked
+			// behind a later head: a record the mapping went past unparked and a reconciler
+			// replayed once the key was held) come first in the key's order: they are applied
+			// before it, each leaving its message for its own place in the list, where the
+			// ledger then finds it processed.
+			if err := s.applyEarlier(ctx, byID, st.Held[i+1:], id, applied, ahead, started, rep); err != nil {
+				log.WarnContext(ctx, "held key's earlier record not applied: nothing behind it is applied, the key stays held", "error", err)
+				return append(keep, leave(err)...)
 			}
 			ms := byID[id.String()]
 			if len(ms) == 0 {
@@ -220,6 +232,61 @@ func (s *heldSession) walk(ctx context.Context, key string, started time.Time, r
 			return append(keep, leave(err)...)
 		}
 	}
+}
+
+// errKeepMessage makes handleThen leave the message of a record applied ahead of its place in
+// a hold's list: the message is deleted when the walk reaches that place.
+var errKeepMessage = errors.New("reconcile: applied ahead of its place in the hold: message kept for its place")
+
+// applyEarlier applies, in sequence order, the records listed in later (the hold's list after
+// the record next) that are of next's shard, earlier in it than next, and not applied yet. Each
+// is run through the pipeline as the walk runs any record, but neither the hold's applied count
+// nor its message is touched: at its own place the ledger finds it processed (a duplicate), the
+// count moves and the message is deleted. An error names the record that could not be applied
+// (not received in this session, or not processed): nothing after it may be applied.
+func (s *heldSession) applyEarlier(ctx context.Context, byID map[string][]sqstypes.Message, later []recordid.ID, next recordid.ID,
+	applied, ahead map[recordid.ID]bool, started time.Time, rep *RedriveReport) error {
+	var earlier []recordid.ID
+	for _, id := range later {
+		if id.ShardID == next.ShardID && streamOrder(id, next) < 0 && !applied[id] && !ahead[id] && !slices.Contains(earlier, id) {
+			earlier = append(earlier, id)
+		}
+	}
+	slices.SortFunc(earlier, streamOrder)
+	for _, id := range earlier {
+		ms := byID[id.String()]
+		if len(ms) == 0 {
+			return fmt.Errorf("reconcile: held behind %s (earlier in the stream than %s), whose parked message this session did not receive", id, next)
+		}
+		var outcome Outcome
+		ev := s.d.handleThen(ctx, ms[0], started, rep, func(o Outcome) error {
+			outcome = o
+			return errKeepMessage
+		})
+		if outcome != OutcomeProcessed && outcome != OutcomeDuplicate {
+			if outcome == OutcomeParkedAgain {
+				// Parked anew: the new message stands for it; the old one stays until the walk
+				// reaches its place (a copy then).
+				ev.Outcome, ev.Err = OutcomeParkedAgain, nil
+			}
+			s.d.count(rep, ev)
+			s.d.report(ev)
+			return fmt.Errorf("reconcile: held behind %s (earlier in the stream than %s): %s", id, next, ev.Outcome)
+		}
+		ev.Outcome, ev.Err = outcome, nil
+		s.d.count(rep, ev)
+		s.d.report(ev)
+		ahead[id] = true
+	}
+	return nil
+}
+
+// streamOrder orders two records of one shard by sequence number, then sub-sequence number.
+func streamOrder(a, b recordid.ID) int {
+	if c := seqnum.Compare(a.Seq, b.Seq); c != 0 {
+		return c
+	}
+	return int(a.Sub) - int(b.Sub)
 }
 
 // deleteApplied deletes the session's messages of id, a record the hold counts applied (each

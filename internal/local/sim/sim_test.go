@@ -119,7 +119,7 @@ var invariants = []string{"out of order", "applied ahead of its lane", "parked b
 // flagOpen names invariants whose breaks are open findings (docs/simulator.md, "Open
 // findings"): a fresh-seed run reports them, with their seeds, without failing. `make sim`
 // passes -sim.open= so a search fails on every invariant; a run of named seeds always fails.
-var flagOpen = flag.String("sim.open", "parked behind a later record,verified across the trim horizon", "comma-separated invariants a fresh-seed run reports without failing (open findings)")
+var flagOpen = flag.String("sim.open", "verified across the trim horizon", "comma-separated invariants a fresh-seed run reports without failing (open findings)")
 
 // onlyOpen reports whether every violation of r breaks an open invariant.
 func onlyOpen(r Result) bool {

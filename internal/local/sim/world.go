@@ -712,7 +712,7 @@ func (w *world) checkOrder(shardID string, recs []krec, parked map[string][]park
 				inv := "out of order"
 				if behindLater(shardID, h.seq, h.m.HeldBehind) {
 					// The earlier record was parked behind a later record of its key (its key
-					// already held by it): the hold's order is the park order (an open finding).
+					// already held by it) and the redrive applied the later one first.
 					inv = "parked behind a later record"
 				}
 				bad("%s: key %s: %s applied at %s (by %v) while the earlier %s was parked (since %s, by %s after %d attempts, held behind %q: %s)",
