@@ -277,9 +277,13 @@ func TestParkOnSQS(t *testing.T) {
 				want[r.ID.String()] = data
 			}
 			got := map[string]bool{}
+			// VisibilityTimeout 5: when the SDK retries a receive whose answer it lost on the
+			// connection (it retries "use of closed network connection"), the messages of the lost
+			// answer are hidden for the visibility timeout (and in a FIFO queue block their group);
+			// 5 s brings them back well inside the deadline.
 			for deadline := time.Now().Add(30 * time.Second); len(got) < len(want) && time.Now().Before(deadline); {
 				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 5,
 					MessageAttributeNames: []string{"All"},
 				})
 				if err != nil {

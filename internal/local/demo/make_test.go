@@ -27,7 +27,7 @@ func TestMakeDemoStdoutIsOnlyTheDemo(t *testing.T) {
 	}
 	bin := t.TempDir()
 	script := "#!/bin/sh\necho '{\"lost\":0,\"args\":\"'\"$*\"'\"}'\n"
-	if err := os.WriteFile(filepath.Join(bin, "gapless"), []byte(script), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(bin, "gapless-dev"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
