@@ -566,3 +566,78 @@ func TestMarkerLease(t *testing.T) {
 		}
 	})
 }
+
+// TestReplayYieldsToTheMapping: a replay (the reconciler) leaves to the mapping a record that a
+// mapping run attempted and failed, until Batch.MappingSettled is past that run's lease deadline: the mapping is still retrying it, and a replay running it would hold the mapping's
+// next retries, each of which costs one of the mapping's MaximumRetryAttempts. The record is
+// held (not attempted, no attempt counted); once the window is over the replay runs it. With
+// MappingSettled zero the replay runs it at once.
+func TestReplayYieldsToTheMapping(t *testing.T) {
+	const lease, yield = 10 * time.Second, 5 * time.Second
+	tests := []struct {
+		name  string
+		yield time.Duration
+		after time.Duration // replay start after the mapping run's start
+		held  bool
+	}{
+		{"inside the lease", yield, time.Second, true},
+		{"after the lease, inside the window", yield, lease + yield - time.Second, true},
+		{"after the window", yield, lease + yield + time.Second, false},
+		{"no window", 0, time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv()
+			var clock atomic.Int64
+			clock.Store(time.Now().UnixNano())
+			now := func() time.Time { return time.Unix(0, clock.Load()) }
+			var failing atomic.Bool
+			failing.Store(true)
+			var calls atomic.Int64
+			process := func(ctx context.Context, r pipeline.Record) error {
+				if r.ID.Seq != seq(2) {
+					return nil
+				}
+				calls.Add(1)
+				if failing.Load() {
+					return errors.New("transient")
+				}
+				return nil
+			}
+			p := e.pipeline(t, process, cfg(), pipeline.WithClock(now), pipeline.WithMarkerLease(lease))
+			b := batch(4, func(i int) string { return fmt.Sprint("k", i) })
+			ctx, cancel := context.WithDeadline(context.Background(), now().Add(time.Minute))
+			defer cancel()
+			res, err := p.Run(ctx, b) // the mapping: 1, 3, 4 done, 2 failed once
+			if err != nil || res.LowestFailedSeq != seq(2) || res.FailedAttempts != 1 {
+				t.Fatalf("mapping run: %+v, %v", res, err)
+			}
+
+			failing.Store(false)
+			clock.Add(int64(tt.after))
+			replay := b
+			replay.Source, replay.AdvanceCheckpoint = pipeline.SourceReconciler, false
+			if tt.yield > 0 {
+				replay.MappingSettled = now().Add(-tt.yield)
+			}
+			ctx2, cancel2 := context.WithDeadline(context.Background(), now().Add(time.Minute))
+			defer cancel2()
+			res, err = p.Run(ctx2, replay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.held {
+				if calls.Load() != 1 || res.InFlightSkipped != 1 || res.FailedAttempts != 0 || res.LowestFailedSeq != seq(2) {
+					t.Errorf("replay ran a record the mapping is retrying: %d calls, %+v", calls.Load(), res)
+				}
+				if len(res.Failures) != 1 || !errors.Is(res.Failures[0].Err, pipeline.ErrInFlight) {
+					t.Errorf("failures %+v, want record 2 held in flight", res.Failures)
+				}
+				return
+			}
+			if calls.Load() != 2 || res.Processed != 1 || res.LowestFailedSeq != "" {
+				t.Errorf("replay did not run record 2: %d calls, %+v", calls.Load(), res)
+			}
+		})
+	}
+}

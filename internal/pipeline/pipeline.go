@@ -10,8 +10,9 @@
 //     anyone) are skipped and counted as duplicates avoided; failed-attempt counts come back
 //     with it, and so do the other runs' markers. A live marker of a run that started earlier
 //     holds its records: they fail, not attempted (ErrInFlight), as do later records of their
-//     keys. A dead marker (past its lease plus DeadGrace without an entry of its nonce) is a
-//     death of every record it names: an attempt for a record it named alone, suspicion
+//     keys; a replay also leaves alone the records of a mapping run's marker, completed
+//     or not, until Batch.MappingSettled is past its lease deadline. A dead marker (past its lease plus DeadGrace without an
+//     entry of its nonce) is a death of every record it names: an attempt for a record it named alone, suspicion
 //     otherwise. When the first runnable record has died, only a prefix runs (half the
 //     smallest dead run that held it; the rest fail with ErrIsolating), the marker rewritten
 //     to name exactly that prefix; a record whose attempts, its own deaths included, reach
@@ -144,6 +145,15 @@ type Batch struct {
 	// AdvanceCheckpoint asks for the checkpoint advance at the end (the consumer sets it; replays
 	// behind the checkpoint do not).
 	AdvanceCheckpoint bool
+	// MappingSettled (replays only; zero: off): a record that a mapping run's marker names,
+	// completed or not, is held (ErrInFlight) unless that marker's lease deadline is before this
+	// instant. The mapping may still be retrying the record (another lane moved the checkpoint
+	// past it, or a backlog made it older than the settle window), and a replay running it
+	// meanwhile holds the mapping's retries instead: each of those, answered in milliseconds,
+	// costs one of the mapping's MaximumRetryAttempts, and the mapping gives the batch up with
+	// the killer or poison record it was isolating. The reconciler sets now minus its settle
+	// window, by its own clock.
+	MappingSettled time.Time
 }
 
 // ProcessFunc is the user's business logic for one record. It must be safe for concurrent use
@@ -709,7 +719,18 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 	if mv, ok := view.(MarkerView); ok {
 		now := p.now()
 		for _, m := range mv.Markers() {
-			if m.Nonce == mine.Nonce || m.Completed {
+			if m.Nonce == mine.Nonce {
+				continue
+			}
+			if yieldsTo(b, m) {
+				for _, id := range m.IDs {
+					if i, ok := b.index(id); ok {
+						held[i] = true
+					}
+				}
+				continue
+			}
+			if m.Completed {
 				continue
 			}
 			dead := !now.Before(m.Deadline.Add(DeadGrace))
@@ -726,7 +747,7 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 				}
 			}
 			for _, id := range m.IDs {
-				i, ok := slices.BinarySearchFunc(b.Records, id, func(r Record, id recordid.ID) int { return recordid.Compare(r.ID, id) })
+				i, ok := b.index(id)
 				if !ok {
 					continue
 				}
@@ -834,7 +855,7 @@ func laneEnded(m MarkerState, mine Marker, b *Batch) bool {
 		return false
 	}
 	for _, id := range m.IDs {
-		if _, ok := slices.BinarySearchFunc(b.Records, id, func(r Record, id recordid.ID) int { return recordid.Compare(r.ID, id) }); ok {
+		if _, ok := b.index(id); ok {
 			return true
 		}
 	}
@@ -843,6 +864,18 @@ func laneEnded(m MarkerState, mine Marker, b *Batch) bool {
 
 // earlier orders markers by start time, then nonce: of two live markers on one record, the
 // earlier one runs it and the other skips it.
+// index finds id among b's records (sorted by id).
+func (b *Batch) index(id recordid.ID) (int, bool) {
+	return slices.BinarySearchFunc(b.Records, id, func(r Record, id recordid.ID) int { return recordid.Compare(r.ID, id) })
+}
+
+// yieldsTo reports whether replay batch b leaves the records of mapping marker m to the
+// mapping (Batch.MappingSettled).
+func yieldsTo(b *Batch, m MarkerState) bool {
+	return !b.MappingSettled.IsZero() && b.Source != SourceConsumer && m.Source == SourceConsumer &&
+		!m.Deadline.Before(b.MappingSettled)
+}
+
 func earlier(a, b Marker) bool {
 	if !a.Started.Equal(b.Started) {
 		return a.Started.Before(b.Started)
