@@ -109,22 +109,41 @@ func queueDepth(ctx context.Context, c *sqs.Client, url string) (visible, inFlig
 // payload byte for byte. Only such messages count as parked.
 func (v *variant) decodeParked(body string) (string, []byte, error) {
 	v.parkMsgs.Add(1)
-	m, err := park.Decode(body)
+	id, data, err := v.checkParked(body)
 	if err != nil {
 		v.parkBad.Add(1)
+		if v.log != nil {
+			v.log.Warn("demo drain: a parked message does not carry its record's payload",
+				"error", err.Error(), "body_prefix", prefix(body, 300))
+		}
+		return "", nil, err
+	}
+	return id, data, nil
+}
+
+func (v *variant) checkParked(body string) (string, []byte, error) {
+	m, err := park.Decode(body)
+	if err != nil {
 		return "", nil, err
 	}
 	id, _, err := loadgen.PayloadID(string(m.Data))
 	if err != nil {
-		v.parkBad.Add(1)
 		return "", nil, err
 	}
 	if want, ok := v.expected[id]; !ok || string(want) != string(m.Data) {
-		v.parkBad.Add(1)
-		return "", nil, fmt.Errorf("demo: parked payload of %s differs from the produced one", id)
+		return "", nil, fmt.Errorf("demo: parked payload of %s (%d bytes) differs from the produced one (%d bytes, known %t)",
+			id, len(m.Data), len(want), ok)
 	}
 	if m.Source == pipeline.SourceReconciler {
 		v.parkedByReconciler.add(id)
 	}
 	return id, m.Data, nil
+}
+
+// prefix is s cut to at most n bytes.
+func prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -24,11 +24,15 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// runDemo runs the demo with cfg on the test's stack, reports into a temporary directory, and
-// logs the side-by-side table.
+// runDemo runs the demo with cfg on the test's stack, reports into a temporary directory (or
+// under $GAPLESS_TEST_KEEP_REPORTS, which outlives the test, to read a failed run's report),
+// and logs the side-by-side table.
 func runDemo(t *testing.T, cfg Config) *Result {
 	t.Helper()
 	cfg.ReportsDir = t.TempDir()
+	if keep := os.Getenv("GAPLESS_TEST_KEEP_REPORTS"); keep != "" {
+		cfg.ReportsDir = filepath.Join(keep, t.Name())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*cfg.Timeout+time.Minute) // each variant has its own budget
 	defer cancel()
 	res, err := Run(ctx, cfg, Options{AWS: stacktest.Config(t), Endpoints: stackEndpoints(), Progress: testWriter{t}})
@@ -37,6 +41,21 @@ func runDemo(t *testing.T, cfg Config) *Result {
 	}
 	t.Logf("\n%s", Table(res))
 	return res
+}
+
+// logLines logs the lines of file holding substr: the evidence of a failure, in the test output.
+func logLines(t *testing.T, file, substr string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Logf("reading %s: %v", file, err)
+		return
+	}
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, substr) {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
 }
 
 // TestDemoEndToEnd runs a small demo with every fault on, every variant, against the local
@@ -94,6 +113,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	if g.ParkedBadPayload != 0 {
 		t.Errorf("%d parked messages do not carry their record's payload", g.ParkedBadPayload)
+		logLines(t, filepath.Join(res.ReportDir, VariantGapless, "functions.log"), "does not carry its record's payload")
 	}
 	for _, id := range poison {
 		if !slices.Contains(g.ParkedIDs, id) {
