@@ -296,12 +296,14 @@ func samTemplates(t *testing.T) []string {
 	return out
 }
 
-// forEachTemplate runs f as a subtest for every SAM template of the repository.
+// forEachTemplate runs f as a subtest for every SAM template of the repository and the one of
+// a service `gapless-dev new` writes (scaffoldTemplate); path is the template's name there
+// (templatePath is where it is).
 func forEachTemplate(t *testing.T, f func(t *testing.T, path string, c *cfn)) {
 	t.Helper()
-	for _, rel := range samTemplates(t) {
+	for _, rel := range append(samTemplates(t), scaffoldTemplate) {
 		t.Run(rel, func(t *testing.T) {
-			f(t, rel, loadCFN(t, filepath.Join(repoRoot(t), rel)))
+			f(t, rel, loadCFN(t, templatePath(t, rel)))
 		})
 	}
 }

@@ -15,10 +15,10 @@ import (
 // TestDoctorPassesEveryTemplate runs the offline `gapless doctor` on every SAM template of the
 // repository, with its defaults and with each environment of the samconfig.toml beside it (as
 // `gapless doctor --template` reads it), and requires no error-level finding: an example a
-// user copies must pass the project's own checks.
+// user copies, and the service `gapless-dev new` writes, must pass the project's own checks.
 func TestDoctorPassesEveryTemplate(t *testing.T) {
-	for _, rel := range samTemplates(t) {
-		path := filepath.Join(repoRoot(t), rel)
+	for _, rel := range append(samTemplates(t), scaffoldTemplate) {
+		path := templatePath(t, rel)
 		envs := map[string]map[string]string{"parameter-defaults": nil}
 		sam := filepath.Join(filepath.Dir(path), "samconfig.toml")
 		if _, err := os.Stat(sam); err == nil {

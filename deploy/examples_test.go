@@ -16,15 +16,16 @@ import (
 
 // examples are the modules under examples/: services of their own built on the public package,
 // each with its own go.mod, template.yaml and Makefile. `make test` vets and tests them; these
-// tests check what sam would do with them.
+// tests check what sam would do with them, and with the service `gapless-dev new` writes
+// (exampleModules).
 var examples = []string{"examples/ddbwriter"}
 
 // TestExampleBuildTargets runs each example's build-<LogicalId> the way `sam build` does (in the
 // example's directory, ARTIFACTS_DIR set) and checks a static linux/arm64 bootstrap appears.
 func TestExampleBuildTargets(t *testing.T) {
-	for _, ex := range examples {
+	for _, ex := range exampleModules(t) {
 		for _, fn := range lambdaFunctions {
-			t.Run(ex+"/"+fn, func(t *testing.T) {
+			t.Run(filepath.Base(ex)+"/"+fn, func(t *testing.T) {
 				dir := t.TempDir()
 				runMake(t, "-C", ex, "build-"+fn, "ARTIFACTS_DIR="+dir)
 				checkBootstrapFile(t, filepath.Join(dir, "bootstrap"), elf.EM_AARCH64)
@@ -72,9 +73,9 @@ func checkImportsOnlyThePublicPackage(t *testing.T, dir, pattern string, withTes
 // nothing of gapless but the root package (its module path is outside gapless's, so the
 // compiler already refuses internal/; this also keeps process/ and the rest out).
 func TestExampleImportsOnlyThePublicPackage(t *testing.T) {
-	for _, ex := range examples {
-		t.Run(ex, func(t *testing.T) {
-			checkImportsOnlyThePublicPackage(t, filepath.Join(repoRoot(t), ex), "./...", true)
+	for _, ex := range exampleModules(t) {
+		t.Run(filepath.Base(ex), func(t *testing.T) {
+			checkImportsOnlyThePublicPackage(t, ex, "./...", true)
 		})
 	}
 }
@@ -94,9 +95,9 @@ func TestExampleTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cfn-lint not on PATH: %v", err)
 	}
-	for _, ex := range examples {
-		t.Run(ex, func(t *testing.T) {
-			path := filepath.Join(repoRoot(t), ex, "template.yaml")
+	for _, ex := range exampleModules(t) {
+		t.Run(filepath.Base(ex), func(t *testing.T) {
+			path := filepath.Join(ex, "template.yaml")
 			c := loadCFN(t, path)
 			for _, fn := range lambdaFunctions {
 				if got := scalar(get(c.resource(fn), "Metadata", "BuildMethod")); got != "makefile" {
@@ -109,7 +110,7 @@ func TestExampleTemplates(t *testing.T) {
 					}
 				}
 			}
-			if _, err := os.Stat(filepath.Join(repoRoot(t), ex, "Makefile")); err != nil {
+			if _, err := os.Stat(filepath.Join(ex, "Makefile")); err != nil {
 				t.Error(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -89,7 +89,7 @@ func dynamoCalls(t *testing.T, dir string) (state, service map[string][]string) 
 // have stayed behind.)
 func TestEveryDynamoDBCallIsGranted(t *testing.T) {
 	forEachTemplate(t, func(t *testing.T, path string, c *cfn) {
-		state, service := dynamoCalls(t, filepath.Join(repoRoot(t), filepath.Dir(path)))
+		state, service := dynamoCalls(t, filepath.Dir(templatePath(t, path)))
 		if len(state) < 4 {
 			t.Fatalf("found only %v DynamoDB operations in the functions' packages", state)
 		}

@@ -640,6 +640,11 @@ var serviceGrants = map[string]map[string]grants{
 		"ConsumerRole":   {"dynamodb:PutItem": {"OutputTable.Arn"}},
 		"ReconcilerRole": {"dynamodb:PutItem": {"OutputTable.Arn"}},
 	},
+	// The scaffold's Process starts as ddbwriter's.
+	scaffoldTemplate: {
+		"ConsumerRole":   {"dynamodb:PutItem": {"OutputTable.Arn"}},
+		"ReconcilerRole": {"dynamodb:PutItem": {"OutputTable.Arn"}},
+	},
 }
 
 // wantGrants are the roles' grants for the template at path: gapless's (template.yaml's, which

@@ -1,6 +1,7 @@
 // Command gapless-dev is the developer tool: the local stack (up, down), a function under the
-// Lambda runtime emulator (invoke), the demo and the benchmarks, and the operator commands with
-// the local harness (redrive and replay run the local reconciler without a deployed function).
+// Lambda runtime emulator (invoke), the demo and the benchmarks, a new service to start from
+// (new), and the operator commands with the local harness (redrive and replay run the local
+// reconciler without a deployed function).
 package main
 
 import (
