@@ -245,9 +245,10 @@ func build(ctx context.Context, templateDir string, fn *samtemplate.Function, ou
 	}
 	cmd.Dir = fn.CodeDir
 	cmd.Stdout, cmd.Stderr = stderr, stderr
-	fmt.Fprintf(stderr, "building %s (%s in %s) into %s\n", fn.LogicalID, strings.Join(cmd.Args[min(1, len(cmd.Args)):], " "), relToWD(fn.CodeDir), out)
+	shown := strings.Join(append([]string{filepath.Base(cmd.Path)}, cmd.Args[1:]...), " ")
+	fmt.Fprintf(stderr, "building %s (%s in %s) into %s\n", fn.LogicalID, shown, relToWD(fn.CodeDir), out)
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("build %s (%s in %s): %w", fn.LogicalID, strings.Join(cmd.Args, " "), fn.CodeDir, err)
+		return fmt.Errorf("build %s (%s in %s): %w", fn.LogicalID, shown, fn.CodeDir, err)
 	}
 	return checkBootstrap(fn.LogicalID, out)
 }
