@@ -51,7 +51,7 @@ type invokeOptions struct {
 func parseInvokeFlags(args []string, stdout io.Writer) (invokeOptions, error) {
 	var o invokeOptions
 	fs := flag.NewFlagSet("gapless-dev invoke", flag.ContinueOnError)
-	fs.StringVar(&o.event, "e", "", "event file to invoke with (e.g. one `gapless-dev generate-event kinesis` printed); required")
+	fs.StringVar(&o.event, "e", "", "event file to invoke with (e.g. one gapless-dev generate-event kinesis printed); required")
 	fs.StringVar(&o.template, "template", "", "SAM template declaring the function (default ./template.yaml; in a gapless checkout, its root template.yaml)")
 	fs.StringVar(&o.envFile, "env", "", "env-vars file (sam local invoke --env-vars format: one section per function, and \"Parameters\" for all) (default events/env.json next to the template, when it exists)")
 	fs.StringVar(&o.state, "state", "", "local stack state directory holding stack.env, and the builds (default .local next to the template, written by gapless-dev up)")

@@ -21,13 +21,16 @@ func init() {
 
 func stackFlags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("gapless-dev "+name, flag.ContinueOnError)
-	state := fs.String("state", "", "directory for PID file, endpoints (stack.env) and logs (default <repo>/.local)")
+	state := fs.String("state", "", "directory for PID file, endpoints (stack.env) and logs (default .local next to ./template.yaml; in a gapless checkout, <checkout>/.local)")
 	return fs, state
 }
 
 func resolveState(state string) (string, error) {
 	if state != "" {
 		return filepath.Abs(state)
+	}
+	if file, ok, err := templateFile(""); err == nil && ok {
+		return filepath.Abs(filepath.Join(filepath.Dir(file), ".local"))
 	}
 	root, err := localstack.FindRoot()
 	if err != nil {
