@@ -29,7 +29,7 @@ var ErrUnknownFunction = errors.New("not a function of the template")
 
 // ErrUnsetVariable is returned when a function variable's template value is an intrinsic
 // (!Ref, !GetAtt, !Sub, …) the env-vars file does not set.
-var ErrUnsetVariable = errors.New("variable needs a value from the env-vars file")
+var ErrUnsetVariable = errors.New("template variables with intrinsic values are not set")
 
 // Template is a parsed SAM template.
 type Template struct {
@@ -291,9 +291,9 @@ func (f *Function) Env(env EnvFile) (map[string]string, error) {
 	if len(unset) > 0 {
 		where := fmt.Sprintf("in the %q section of %s", f.LogicalID, env.Path)
 		if env.Path == "" {
-			where = fmt.Sprintf("in an env-vars file (--env file.json) with a %q section", f.LogicalID)
+			where = fmt.Sprintf("in an env-vars file (events/env.json next to the template, or --env file.json) with a %q section", f.LogicalID)
 		}
-		return nil, fmt.Errorf("%s: %w: %s; the template's values are resolved only by CloudFormation: set them %s",
+		return nil, fmt.Errorf("%s: %w: %s; only CloudFormation resolves those: set them %s",
 			f.LogicalID, ErrUnsetVariable, strings.Join(unset, ", "), where)
 	}
 	for k, v := range set {

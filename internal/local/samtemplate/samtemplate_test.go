@@ -108,7 +108,7 @@ func TestEnv(t *testing.T) {
 		{name: "intrinsics without values", fn: "Writer", file: EnvFile{Path: "events/env.json", Sections: map[string]map[string]string{"Writer": {"GROUP": "g1"}}},
 			unsetErr: []string{"JOBS_URL (!Ref)", "ORDERS_ARN (!GetAtt)", "NAME (!Sub)", "STREAM (!If)", `"Writer" section of events/env.json`}},
 		{name: "no env file", fn: "Writer", file: EnvFile{},
-			unsetErr: []string{"GROUP (!Ref)", "--env file.json"}},
+			unsetErr: []string{"GROUP (!Ref)", "--env file.json) with a \"Writer\" section"}},
 		{name: "section sets them, extra passed", fn: "Writer", file: EnvFile{Path: "e.json", Sections: map[string]map[string]string{"Writer": withAll}},
 			want: map[string]string{"LOG_LEVEL": "info", "SHARED": "from-function", "EXTRA": "passed", "GROUP": "g1", "JOBS_URL": "http://q/1/jobs.fifo", "ORDERS_ARN": "arn", "NAME": "n", "STREAM": "s"}},
 		{name: "Parameters section for all, function section wins", fn: "Writer", file: EnvFile{Path: "e.json", Sections: map[string]map[string]string{
