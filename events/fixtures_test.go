@@ -295,10 +295,13 @@ func TestEnv(t *testing.T) {
 	}
 	common := []string{config.EnvGroup, config.EnvCheckpointTable, config.EnvDedupeTable, config.EnvParkedQueueURL,
 		config.EnvTargetQueueURL, config.EnvPayloadBucket, config.EnvMaxRecordAttempts, config.EnvMaxConcurrency, config.EnvDedupeKey,
-		config.EnvLedgerTTL, config.EnvLogPayloads, config.EnvStreamName, config.EnvOnPark, chaos.EnvVar}
+		config.EnvLedgerTTL, config.EnvLogPayloads, config.EnvStreamName, config.EnvOnPark, chaos.EnvVar,
+		// template.yaml's intrinsic values, set empty (gapless-dev invoke needs them set).
+		config.EnvStreamARN, config.EnvRecordFilter}
 	wantVars := map[string][]string{
-		"ConsumerFunction":   append(slices.Clone(common), config.EnvDeadlineMargin),
-		"ReconcilerFunction": append(slices.Clone(common), config.EnvSettleAfter),
+		"ConsumerFunction": append(slices.Clone(common), config.EnvDeadlineMargin),
+		"ReconcilerFunction": append(slices.Clone(common), config.EnvSettleAfter, config.EnvFailureBucket, config.EnvStartingPosition,
+			config.EnvConsumerFunction, config.EnvParallelizationFactor, config.EnvMaxRecordAge),
 	}
 	for fn, want := range wantVars {
 		got := slices.Sorted(maps.Keys(env[fn]))

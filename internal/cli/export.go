@@ -56,3 +56,7 @@ func FunctionErrorMessage(body []byte) string { return functionErrorMessage(body
 
 // LastChars is the end of s, at most n bytes.
 func LastChars(s string, n int) string { return lastChars(s, n) }
+
+// Nearest is the candidate closest to s when it is close enough to be a misspelling of it, else
+// "": what the unknown-command and unknown-flag errors suggest.
+func Nearest(s string, candidates []string) string { return nearest(s, candidates) }

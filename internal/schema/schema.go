@@ -34,6 +34,14 @@ const (
 type Table struct {
 	Name         string
 	TTLAttribute string // empty when the table has no TTL
+	// Keys is the key schema of a table that is not one of gapless's (a service's own, as its
+	// template declares it); empty for gapless's pk/sk tables.
+	Keys []Key
+}
+
+// Key is one key attribute of a table: its name, its type (S, N or B) and HASH or RANGE.
+type Key struct {
+	Name, AttributeType, KeyType string
 }
 
 // CheckpointTable and LedgerTable return the definitions for the given physical names.
@@ -42,10 +50,10 @@ func CheckpointTable(name string) Table { return Table{Name: name} }
 // LedgerTable is the dedupe/ledger table, with TTL on expiresAt.
 func LedgerTable(name string) Table { return Table{Name: name, TTLAttribute: TTLAttribute} }
 
-// CreateTableInput is the exact CreateTable request for t: pk (HASH, S), sk (RANGE, S),
-// on-demand billing.
+// CreateTableInput is the exact CreateTable request for t: pk (HASH, S), sk (RANGE, S), or
+// t.Keys when set; on-demand billing.
 func (t Table) CreateTableInput() *dynamodb.CreateTableInput {
-	return &dynamodb.CreateTableInput{
+	in := &dynamodb.CreateTableInput{
 		TableName: aws.String(t.Name),
 		AttributeDefinitions: []ddbtypes.AttributeDefinition{
 			{AttributeName: aws.String(PartitionKey), AttributeType: ddbtypes.ScalarAttributeTypeS},
@@ -57,6 +65,15 @@ func (t Table) CreateTableInput() *dynamodb.CreateTableInput {
 		},
 		BillingMode: ddbtypes.BillingModePayPerRequest,
 	}
+	if len(t.Keys) == 0 {
+		return in
+	}
+	in.AttributeDefinitions, in.KeySchema = nil, nil
+	for _, k := range t.Keys {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, ddbtypes.AttributeDefinition{AttributeName: aws.String(k.Name), AttributeType: ddbtypes.ScalarAttributeType(k.AttributeType)})
+		in.KeySchema = append(in.KeySchema, ddbtypes.KeySchemaElement{AttributeName: aws.String(k.Name), KeyType: ddbtypes.KeyType(k.KeyType)})
+	}
+	return in
 }
 
 // DynamoDBAPI is the subset of *dynamodb.Client used to create tables.

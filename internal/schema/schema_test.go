@@ -94,3 +94,17 @@ func TestEnsureBucketIsIdempotent(t *testing.T) {
 		t.Errorf("payload objects (%d days) must outlive parked messages (%ds)", schema.PayloadRetentionDays, schema.ParkedRetentionSeconds)
 	}
 }
+
+// TestCreateTableInputKeys: a table with Keys (a service's own, as its template declares it) is
+// created with exactly those keys; gapless's tables keep pk/sk.
+func TestCreateTableInputKeys(t *testing.T) {
+	own := schema.Table{Name: "out", Keys: []schema.Key{{Name: "id", AttributeType: "S", KeyType: "HASH"}, {Name: "at", AttributeType: "N", KeyType: "RANGE"}}}
+	in := own.CreateTableInput()
+	if len(in.KeySchema) != 2 || aws.ToString(in.KeySchema[0].AttributeName) != "id" || in.KeySchema[1].KeyType != "RANGE" ||
+		len(in.AttributeDefinitions) != 2 || in.AttributeDefinitions[1].AttributeType != "N" {
+		t.Errorf("own table: keys %+v, attributes %+v", in.KeySchema, in.AttributeDefinitions)
+	}
+	if in := schema.CheckpointTable("cp").CreateTableInput(); aws.ToString(in.KeySchema[0].AttributeName) != schema.PartitionKey || aws.ToString(in.KeySchema[1].AttributeName) != schema.SortKey {
+		t.Errorf("checkpoint table keys %+v", in.KeySchema)
+	}
+}

@@ -25,8 +25,9 @@ func TestInvokeUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		"no function":      {[]string{"-e", "x.json"}, "which function"},
+		"no function":      {[]string{"-e", "x.json"}, "which function? give the logical id of an AWS::Serverless::Function"},
 		"unknown function": {[]string{"OtherFunction", "-e", "x.json"}, `unknown function "OtherFunction"`},
+		"misspelt":         {[]string{"ConsumerFuntion", "-e", "x.json"}, `(did you mean "ConsumerFunction"?)`},
 		"no event":         {[]string{"ConsumerFunction"}, "-e <event.json> is required"},
 		"extra argument":   {[]string{"ConsumerFunction", "-e", "x.json", "more"}, `unexpected argument "more"`},
 	} {
@@ -44,21 +45,6 @@ func TestInvokeUsage(t *testing.T) {
 	}
 }
 
-// TestInvokeMissingFunction: a function whose package is not in the checkout (as
-// ReconcilerFunction was before functions/reconciler landed) is a clear error naming both.
-func TestInvokeMissingFunction(t *testing.T) {
-	root, err := findRootForInvoke()
-	if err != nil {
-		t.Fatal(err)
-	}
-	invokeFunctions["LaterFunction"] = "functions/later"
-	defer delete(invokeFunctions, "LaterFunction")
-	err = runInvoke(context.Background(), []string{"LaterFunction", "-e", filepath.Join(root, "events", "kinesis-clean.json")}, &bytes.Buffer{}, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "LaterFunction") || !strings.Contains(err.Error(), "functions/later does not exist") {
-		t.Errorf("err = %v, want one naming LaterFunction and functions/later", err)
-	}
-}
-
 // TestInvokeConsumer builds the consumer, runs it under aws-lambda-rie against a local stack
 // with events/kinesis-clean.json, and checks the response on stdout, the function's logs on
 // stderr, and the ten records forwarded to the target queue.
@@ -68,7 +54,7 @@ func TestInvokeConsumer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	root, err := findRootForInvoke()
+	root, err := localstack.FindRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +94,8 @@ func TestInvokeConsumer(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"msg":"batch done"`) || !strings.Contains(stderr.String(), `"processed":10`) {
 		t.Errorf("stderr lacks the function's logs:\n%s", stderr.String())
 	}
-	if _, err := os.Stat(filepath.Join(root, ".local", "build", "ConsumerFunction", "bootstrap")); err != nil {
-		t.Errorf("bootstrap not where SAM-style builds go: %v", err)
+	if _, err := os.Stat(filepath.Join(state, "build", "ConsumerFunction", "bootstrap")); err != nil {
+		t.Errorf("bootstrap not in the state directory's build/<LogicalId>: %v", err)
 	}
 
 	// The default Process forwarded every record to the target queue.

@@ -11,22 +11,26 @@ import (
 	"strings"
 
 	"github.com/gapless-dev/gapless/internal/local/localstack"
+	"github.com/gapless-dev/gapless/internal/local/samtemplate"
 )
 
 func init() {
-	register("up", "start the local AWS stack on 127.0.0.1 with the stream, tables and queues of events/env.json", runUp)
+	register("up", "start the local AWS stack on 127.0.0.1 with the streams, tables, queues and buckets of your template and env file", runUp)
 	register("down", "stop the local AWS stack started by up", runDown)
 }
 
 func stackFlags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("gapless-dev "+name, flag.ContinueOnError)
-	state := fs.String("state", "", "directory for PID file, endpoints (stack.env) and logs (default <repo>/.local)")
+	state := fs.String("state", "", "directory for PID file, endpoints (stack.env) and logs (default .local next to ./template.yaml; in a gapless checkout, <checkout>/.local)")
 	return fs, state
 }
 
 func resolveState(state string) (string, error) {
 	if state != "" {
 		return filepath.Abs(state)
+	}
+	if file, ok, err := templateFile(""); err == nil && ok {
+		return filepath.Abs(filepath.Join(filepath.Dir(file), ".local"))
 	}
 	root, err := localstack.FindRoot()
 	if err != nil {
@@ -39,19 +43,38 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, state := stackFlags("up")
 	backend := fs.String("backend", "dynalite", "DynamoDB and SQS backend: dynalite (dynalite + fauxqs) or moto (moto_server)")
 	freePorts := fs.Bool("free-ports", false, "pick free ports instead of the defaults and GAPLESS_PORT_* (for test runs beside a developer's stack)")
-	envFile := fs.String("env", "", "create the stream, tables and queues this env-vars file names (default <repo>/events/env.json)")
+	template := fs.String("template", "", "SAM template whose streams, tables, queues and buckets to create (default ./template.yaml; in a gapless checkout, its root template.yaml; none when there is none)")
+	envFile := fs.String("env", "", "create the stream, tables and queues this env-vars file names (default events/env.json next to the template, when it exists)")
 	bare := fs.Bool("bare", false, "start the emulators only, without the stream, tables and queues (test runs create their own)")
 	setHelp(fs, "up [flags]",
 		"Starts Kinesis (kinesis-local), DynamoDB and SQS (dynalite and fauxqs, or moto_server) on\n"+
-			"127.0.0.1, installing the emulators first when they are missing, and creates the stream,\n"+
-			"tables and queues events/env.json names (definitions from internal/schema). Writes\n"+
-			"<state>/stack.env: `. .local/stack.env` points the AWS SDKs and CLI at the stack and sets\n"+
-			"the functions' variables (GAPLESS_GROUP, STREAM_NAME, CHECKPOINT_TABLE, DEDUPE_TABLE,\n"+
-			"PARKED_QUEUE_URL, TARGET_QUEUE_URL). A stack that is already up is kept, data included;\n"+
-			"`gapless down` stops it. Ports: 4567 Kinesis, 4569 DynamoDB, 4566 SQS, 4570 moto_server,\n"+
-			"each overridden by GAPLESS_PORT_KINESIS, _DYNAMODB, _SQS, _MOTO.")
+			"127.0.0.1, installing the emulators first when they are missing, and creates:\n"+
+			"  - the stream, tables, queues and bucket the env-vars file's gapless variables name\n"+
+			"    (STREAM_NAME, CHECKPOINT_TABLE, DEDUPE_TABLE, PARKED_QUEUE_URL, TARGET_QUEUE_URL,\n"+
+			"    PAYLOAD_BUCKET; definitions from internal/schema, the stream with 8 shards);\n"+
+			"  - the AWS::Kinesis::Stream (ShardCount), AWS::DynamoDB::Table (KeySchema), AWS::SQS::Queue\n"+
+			"    (FifoQueue) and AWS::S3::Bucket resources the template declares, each named by its\n"+
+			"    name property when that is a literal, else by the env-vars file's value of a function\n"+
+			"    variable that !Ref's it, else by its logical id (lower-cased for a bucket).\n"+
+			"Writes <state>/stack.env: `. .local/stack.env` points the AWS SDKs and CLI at the stack and\n"+
+			"sets the functions' gapless variables. A stack that is already up is kept, data included,\n"+
+			"and given what is missing; `gapless-dev down` stops it. Ports: 4567 Kinesis, 4569 DynamoDB,\n"+
+			"4566 SQS, 4570 moto_server, each overridden by GAPLESS_PORT_KINESIS, _DYNAMODB, _SQS, _MOTO.\n"+
+			"Outside a gapless checkout the emulators come from the checkout the gapless-dev binary is\n"+
+			"in, or the one $GAPLESS_ROOT names.")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
+	}
+	var tmpl *samtemplate.Template
+	if file, ok, err := templateFile(*template); err != nil {
+		return err
+	} else if ok && !*bare {
+		if tmpl, err = samtemplate.Read(file); err != nil {
+			return err
+		}
+	}
+	if *state == "" && tmpl != nil {
+		*state = filepath.Join(tmpl.Dir, ".local")
 	}
 	dir, err := resolveState(*state)
 	if err != nil {
@@ -66,18 +89,21 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	default:
 		return usagef("--backend %q: want dynalite or moto", *backend)
 	}
-	if *envFile == "" {
-		root, err := localstack.FindRoot()
-		if err != nil {
-			return err
-		}
-		*envFile = filepath.Join(root, "events", "env.json")
+	if *envFile == "" && tmpl != nil {
+		*envFile = defaultEnvFile(tmpl)
 	}
 	var res localstack.Resources
-	if !*bare {
+	if !*bare && *envFile != "" {
 		if res, err = localstack.ResourcesFromEnvFile(*envFile); err != nil {
 			return err
 		}
+	}
+	if tmpl != nil {
+		env, err := readEnvFile(*envFile)
+		if err != nil {
+			return err
+		}
+		res = addDeclared(res, tmpl, env, nil)
 	}
 	ports := map[localstack.Service]int{}
 	if !*freePorts {
@@ -148,9 +174,23 @@ func printStack(w io.Writer, dir string, procs []*localstack.Process, r localsta
 	if r.CheckpointTable != "" || r.LedgerTable != "" {
 		fmt.Fprintf(w, "tables    %s\n", strings.TrimSpace(r.CheckpointTable+" "+r.LedgerTable))
 	}
+	for _, s := range r.Streams {
+		fmt.Fprintf(w, "stream    %s (%d shards)\n", s.Name, s.Shards)
+	}
+	for _, t := range r.Tables {
+		fmt.Fprintf(w, "table     %s\n", t.Name)
+	}
 	for _, u := range []string{r.ParkedQueueURL, r.TargetQueueURL} {
 		if u != "" {
 			fmt.Fprintf(w, "queue     %s\n", u)
+		}
+	}
+	for _, q := range r.Queues {
+		fmt.Fprintf(w, "queue     %s\n", r.QueueURLs[q.Name])
+	}
+	for _, b := range append([]string{r.PayloadBucket}, r.Buckets...) {
+		if b != "" {
+			fmt.Fprintf(w, "bucket    %s\n", b)
 		}
 	}
 	fmt.Fprintf(w, "endpoints and names: . %s\n", filepath.Join(dir, "stack.env"))

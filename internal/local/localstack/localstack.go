@@ -63,21 +63,50 @@ type Options struct {
 	Timeout  time.Duration   // readiness timeout per service; 60s when zero
 }
 
-// FindRoot walks up from the working directory to the repository root: the directory whose
-// go.mod declares gapless's module (ModulePath). The example modules under examples/ have go.mod
-// files of their own, which it passes by.
+// RootEnvVar names a gapless checkout (the directory holding tools/) for a developer tool run
+// outside one, e.g. in a service's own repository.
+const RootEnvVar = "GAPLESS_ROOT"
+
+// FindRoot is the repository root: the directory whose go.mod declares gapless's module
+// (ModulePath), found walking up from the working directory (the example modules under
+// examples/ have go.mod files of their own, which it passes by); outside a checkout, the
+// directory $GAPLESS_ROOT names, else the checkout the running executable lives in
+// (<checkout>/bin/gapless-dev).
 func FindRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
+	if root, ok := rootAbove(dir); ok {
+		return root, nil
+	}
+	if env := os.Getenv(RootEnvVar); env != "" {
+		if !isRoot(env) {
+			return "", fmt.Errorf("localstack: %s=%s holds no go.mod of %s", RootEnvVar, env, ModulePath)
+		}
+		return filepath.Abs(env)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			if root, ok := rootAbove(filepath.Dir(exe)); ok {
+				return root, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("localstack: no go.mod of %s above the working directory or the executable; outside a gapless checkout set %s to one", ModulePath, RootEnvVar)
+}
+
+// IsRoot reports whether dir is the root of a gapless checkout.
+func IsRoot(dir string) bool { return isRoot(dir) }
+
+func rootAbove(dir string) (string, bool) {
 	for {
 		if isRoot(dir) {
-			return dir, nil
+			return dir, true
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("localstack: no go.mod of " + ModulePath + " above the working directory")
+			return "", false
 		}
 		dir = parent
 	}

@@ -36,6 +36,38 @@ type Resources struct {
 	ParkedQueue     string // the queue named by the last path element of PARKED_QUEUE_URL
 	TargetQueue     string // ... of TARGET_QUEUE_URL
 	PayloadBucket   string // PAYLOAD_BUCKET: payloads over SQS's limit (served by the SQS emulator)
+
+	// What a service's template declares beyond gapless's own resources, with its definitions.
+	Streams []StreamDef
+	Tables  []schema.Table
+	Queues  []schema.Queue
+	Buckets []string
+}
+
+// StreamDef is a Kinesis stream to create: its name and shard count.
+type StreamDef struct {
+	Name   string
+	Shards int32
+}
+
+// Names are the names of every resource in r, gapless's and the declared ones.
+func (r Resources) Names() []string {
+	var out []string
+	for _, n := range []string{r.Stream, r.CheckpointTable, r.LedgerTable, r.ParkedQueue, r.TargetQueue, r.PayloadBucket} {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	for _, s := range r.Streams {
+		out = append(out, s.Name)
+	}
+	for _, t := range r.Tables {
+		out = append(out, t.Name)
+	}
+	for _, q := range r.Queues {
+		out = append(out, q.Name)
+	}
+	return append(out, r.Buckets...)
 }
 
 // ResourcesFromEnv reads the names from one or more sets of function variables (the sections
@@ -105,6 +137,7 @@ type Ready struct {
 	Resources
 	ParkedQueueURL, TargetQueueURL string
 	StreamARN                      string
+	QueueURLs                      map[string]string // of the declared Queues, by name
 }
 
 // Vars are the functions' variables for the resources, as the stack names them: what
@@ -156,6 +189,7 @@ func Ensure(ctx context.Context, env map[string]string, r Resources) (Ready, err
 	if r.LedgerTable != "" {
 		tables = append(tables, schema.LedgerTable(r.LedgerTable))
 	}
+	tables = append(tables, r.Tables...)
 	if len(tables) > 0 {
 		ep, err := endpoint("AWS_ENDPOINT_URL_DYNAMODB", "table "+tables[0].Name)
 		if err != nil {
@@ -187,26 +221,53 @@ func Ensure(ctx context.Context, env map[string]string, r Resources) (Ready, err
 			return ready, err
 		}
 	}
+	for _, q := range r.Queues {
+		ep, err := endpoint("AWS_ENDPOINT_URL_SQS", "queue "+q.Name)
+		if err != nil {
+			return ready, err
+		}
+		client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(ep) })
+		u, err := schema.EnsureQueue(ctx, client, q)
+		if err != nil {
+			return ready, err
+		}
+		if ready.QueueURLs == nil {
+			ready.QueueURLs = map[string]string{}
+		}
+		ready.QueueURLs[q.Name] = u
+	}
+	var buckets []string
 	if r.PayloadBucket != "" {
+		buckets = append(buckets, r.PayloadBucket)
+	}
+	for _, b := range append(buckets, r.Buckets...) {
 		ep := env["AWS_ENDPOINT_URL_S3"]
 		if ep == "" { // fauxqs and moto_server serve S3 on their SQS port
-			if ep, err = endpoint("AWS_ENDPOINT_URL_SQS", "bucket "+r.PayloadBucket); err != nil {
+			if ep, err = endpoint("AWS_ENDPOINT_URL_SQS", "bucket "+b); err != nil {
 				return ready, err
 			}
 		}
 		client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(ep), true })
-		if err := schema.EnsureBucket(ctx, client, r.PayloadBucket); err != nil {
+		if err := schema.EnsureBucket(ctx, client, b); err != nil {
 			return ready, err
 		}
 	}
+	var streams []StreamDef
 	if r.Stream != "" {
-		ep, err := endpoint("AWS_ENDPOINT_URL_KINESIS", "stream "+r.Stream)
+		streams = append(streams, StreamDef{Name: r.Stream, Shards: StreamShards})
+	}
+	for i, s := range append(streams, r.Streams...) {
+		ep, err := endpoint("AWS_ENDPOINT_URL_KINESIS", "stream "+s.Name)
 		if err != nil {
 			return ready, err
 		}
 		kc := kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String(ep) })
-		if ready.StreamARN, err = schema.EnsureStream(ctx, kc, r.Stream, StreamShards); err != nil {
+		arn, err := schema.EnsureStream(ctx, kc, s.Name, s.Shards)
+		if err != nil {
 			return ready, err
+		}
+		if i == 0 && r.Stream != "" {
+			ready.StreamARN = arn
 		}
 	}
 	return ready, nil

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -14,7 +15,7 @@ func TestResourcesFromEnv(t *testing.T) {
 	reconciler := map[string]string{"STREAM_NAME": "orders", "CHECKPOINT_TABLE": "other"}
 	got := ResourcesFromEnv(consumer, reconciler)
 	want := Resources{Group: "local", Stream: "orders", CheckpointTable: "cp", LedgerTable: "ledger", ParkedQueue: "parked", TargetQueue: "target.fifo"}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ResourcesFromEnv = %+v, want %+v (the first set wins, later ones fill gaps)", got, want)
 	}
 	vars := Ready{Resources: want, ParkedQueueURL: "p-url", TargetQueueURL: "t-url"}.Vars()
