@@ -190,7 +190,7 @@ func parseNewFlags(args []string, stdout io.Writer) (newOptions, error) {
 			"  functions/reconciler  main: the reconciler around the same Process\n"+
 			"  template.yaml         SAM application: stream, gapless's tables, queues, bucket, least-privilege roles, alarms\n"+
 			"  samconfig.toml, Makefile  sam build (make build-<LogicalId>) && sam deploy --guided\n"+
-			"  events/               a Kinesis event and an env-vars file for local invokes\n"+
+			"  events/               a Kinesis event, its payloads, a schedule event and an env-vars file for local invokes\n"+
 			"  process_test.go       a unit test of the Process and both functions against the local stack\n"+
 			"then runs `go mod tidy` there to resolve the dependencies and write go.sum.")
 	// <dir> may come before, between or after the flags.
@@ -280,9 +280,10 @@ func runNew(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 Next (gapless-dev is bin/gapless-dev of a gapless checkout, after make gapless):
   cd %s
   make lint test        # gofmt, go vet, the tests; the one against the local stack skips without it
-  # with the local stack's endpoints (in the gapless checkout: make up && . .local/stack.env):
-  make test
-  gapless-dev invoke ConsumerFunction -e events/kinesis.json --template template.yaml
+  gapless-dev up        # a local stack with what template.yaml declares; .local/stack.env here
+  . .local/stack.env && make test
+  gapless-dev invoke ConsumerFunction -e events/kinesis.json
+  gapless-dev down && . .local/unset.env
   sam build && sam deploy --guided
 Then make process.go's Process yours (idempotent by r.ID()) and grant what it calls in
 template.yaml (the roles' WriteOutput statements). README.md says what each file is for.

@@ -2,6 +2,7 @@ package devcli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -114,7 +115,7 @@ func TestNew(t *testing.T) {
 		t.Fatalf("gapless-dev new: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	for _, want := range []string{"running `go mod tidy` in " + dir, "cd " + dir, "make lint test", "sam build && sam deploy --guided",
-		"gapless-dev invoke ConsumerFunction -e events/kinesis.json --template template.yaml"} {
+		"gapless-dev up", "gapless-dev invoke ConsumerFunction -e events/kinesis.json", ". .local/unset.env"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("gapless-dev new's output does not say %q:\n%s", want, stdout)
 		}
@@ -139,14 +140,24 @@ func TestNew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// The steps run in order from the service's directory; each is what a user of the service
-	// runs there. A local invoke of each function (gapless-dev invoke <LogicalId> -e
-	// events/kinesis.json --template template.yaml) is a step of the same form.
+	// runs there (its README's commands).
+	t.Chdir(dir)
+	t.Setenv(localstack.RootEnvVar, root) // the test binary is not in the checkout's bin/
+	dev := func(t *testing.T, args ...string) string {
+		t.Helper()
+		stdout, stderr, code := gapless(t, args...)
+		if code != 0 {
+			t.Fatalf("gapless-dev %s: exit %d\n%s\n%s", strings.Join(args, " "), code, stdout, stderr)
+		}
+		return stdout
+	}
+	t.Cleanup(func() { gapless(t, "down") })
 	for _, step := range []struct {
 		name string
 		run  func(t *testing.T)
 	}{
 		{"doctor", func(t *testing.T) {
-			t.Chdir(dir) // doctor reads the template and the samconfig.toml beside it as the user's shell would
+			// doctor reads the template and the samconfig.toml beside it as the user's shell would
 			stdout, stderr, code := gapless(t, "doctor", "--template", "template.yaml")
 			if code != 0 || !strings.Contains(stdout, " 0 errors") {
 				t.Errorf("gapless doctor --template template.yaml: exit %d\n%s\n%s", code, stdout, stderr)
@@ -174,6 +185,26 @@ func TestNew(t *testing.T) {
 				if !strings.Contains(out, want) {
 					t.Errorf("go test ./... did not report %q (skipped without the stack?):\n%s", want, out)
 				}
+			}
+		}},
+		{"up", func(t *testing.T) {
+			dev(t, "up", "--free-ports")
+			if !fileExists(filepath.Join(dir, ".local", "stack.env")) {
+				t.Fatal("gapless-dev up wrote no .local/stack.env next to template.yaml")
+			}
+		}},
+		{"invoke", func(t *testing.T) {
+			event := dev(t, "generate-event", "kinesis", "--stream", "orders-stream", "events/payloads.jsonl")
+			if err := os.WriteFile("event.json", []byte(event), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range []string{"event.json", "events/kinesis.json"} {
+				if got := strings.TrimSpace(dev(t, "invoke", "ConsumerFunction", "-e", ev)); got != `{"batchItemFailures":null}` {
+					t.Errorf("invoke ConsumerFunction -e %s: response %q, want every record done", ev, got)
+				}
+			}
+			if got := dev(t, "invoke", "ReconcilerFunction", "-e", "events/schedule.json"); !json.Valid([]byte(got)) {
+				t.Errorf("invoke ReconcilerFunction: response %q is not JSON", got)
 			}
 		}},
 	} {
