@@ -641,3 +641,95 @@ func TestReplayYieldsToTheMapping(t *testing.T) {
 		})
 	}
 }
+
+// TestMappingRunWaitsForAnEarlierRun: a second mapping (a mapping being replaced) runs the same
+// records while the first is inside Process, in a batch reaching further (so the lane rule does
+// not take the first run for dead). The second run waits inside its invocation for the
+// first run's marker instead of failing the held records at once (which costs the mapping one
+// of its MaximumRetryAttempts per retry, milliseconds apart), finds them done and skips them:
+// nothing fails, nothing runs twice. With WithHeldWait(0) it fails them held, as before.
+func TestMappingRunWaitsForAnEarlierRun(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		wait time.Duration
+		held bool
+	}{
+		{"waits", pipeline.DefaultHeldWait, false},
+		{"no wait", 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv()
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			var calls atomic.Int64
+			process := func(ctx context.Context, r pipeline.Record) error {
+				calls.Add(1)
+				if r.ID.Seq == seq(1) {
+					once.Do(func() { close(entered) })
+					<-release
+				}
+				return nil
+			}
+			c := cfg()
+			c.MaxConcurrency = 1
+			p := e.pipeline(t, process, c, pipeline.WithHeldWait(tt.wait))
+			a, b := batch(4, oneKey), batch(6, oneKey) // B's batch is not inside A's range: the lane rule does not apply
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			aDone := make(chan error, 1)
+			go func() {
+				_, err := p.Run(ctx, a)
+				aDone <- err
+			}()
+			<-entered
+			time.Sleep(5 * time.Millisecond) // B starts after A (markers compare milliseconds)
+			go func() {
+				time.Sleep(300 * time.Millisecond) // A finishes while B runs
+				close(release)
+			}()
+			res, err := p.Run(ctx, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-aDone; err != nil {
+				t.Fatal(err)
+			}
+			if tt.held {
+				if res.InFlightSkipped != 6 || res.LowestFailedSeq != seq(1) {
+					t.Errorf("B without a wait: %+v, want A's 4 records and the 2 of their key after them held", res)
+				}
+				return
+			}
+			if res.LowestFailedSeq != "" || res.Failed != 0 || res.DuplicatesSkipped != 4 || res.Processed != 2 || calls.Load() != 6 {
+				t.Errorf("B: %+v, %d Process calls; want A's 4 records skipped as done, 5 and 6 processed, each run once", res, calls.Load())
+			}
+		})
+	}
+}
+
+// TestReplayYieldsToTheWholeMappingBatch: a mapping run names in its marker only the records it
+// attempts; the rest of its batch (here record 3, not started) is retried by the mapping too,
+// so a replay leaves the marker's whole range to it, not only the ids it names.
+func TestReplayYieldsToTheWholeMappingBatch(t *testing.T) {
+	e := newEnv()
+	now := time.Now()
+	var calls atomic.Int64
+	p := e.pipeline(t, func(context.Context, pipeline.Record) error { calls.Add(1); return nil }, cfg(),
+		pipeline.WithClock(func() time.Time { return now }))
+	m := pipeline.Marker{Nonce: "mapping", First: seq(1), Last: seq(4), IDs: []recordid.ID{id(1)},
+		Started: now.Add(-time.Second), Deadline: now.Add(9 * time.Second), Source: pipeline.SourceConsumer}
+	if err := e.ledger.Mark(context.Background(), shard, m); err != nil {
+		t.Fatal(err)
+	}
+	replay := batch(6, func(i int) string { return fmt.Sprint("k", i) })
+	replay.Source, replay.AdvanceCheckpoint, replay.MappingSettled = pipeline.SourceReconciler, false, now.Add(-5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := p.Run(ctx, replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.InFlightSkipped != 4 || res.Processed != 2 || calls.Load() != 2 || res.LowestFailedSeq != seq(1) {
+		t.Errorf("replay: %+v, %d calls; want 1..4 (the mapping batch's range) held, 5 and 6 processed", res, calls.Load())
+	}
+}

@@ -10,8 +10,9 @@
 //     anyone) are skipped and counted as duplicates avoided; failed-attempt counts come back
 //     with it, and so do the other runs' markers. A live marker of a run that started earlier
 //     holds its records: they fail, not attempted (ErrInFlight), as do later records of their
-//     keys; a replay also leaves alone the records of a mapping run's marker, completed
-//     or not, until Batch.MappingSettled is past its lease deadline. A dead marker (past its lease plus DeadGrace without an
+//     keys (a mapping run first waits a few seconds for such a marker to complete, looking the
+//     range up again: WithHeldWait); a replay also leaves alone the records in the range of a mapping run's
+//     marker, completed or not, until Batch.MappingSettled is past its lease deadline. A dead marker (past its lease plus DeadGrace without an
 //     entry of its nonce) is a death of every record it names: an attempt for a record it named alone, suspicion
 //     otherwise. When the first runnable record has died, only a prefix runs (half the
 //     smallest dead run that held it; the rest fail with ErrIsolating), the marker rewritten
@@ -145,9 +146,9 @@ type Batch struct {
 	// AdvanceCheckpoint asks for the checkpoint advance at the end (the consumer sets it; replays
 	// behind the checkpoint do not).
 	AdvanceCheckpoint bool
-	// MappingSettled (replays only; zero: off): a record that a mapping run's marker names,
-	// completed or not, is held (ErrInFlight) unless that marker's lease deadline is before this
-	// instant. The mapping may still be retrying the record (another lane moved the checkpoint
+	// MappingSettled (replays only; zero: off): a record inside the range of a mapping run's
+	// marker, completed or not, is held (ErrInFlight) unless that marker's lease deadline is
+	// before this instant. The mapping may still be retrying the record (another lane moved the checkpoint
 	// past it, or a backlog made it older than the settle window), and a replay running it
 	// meanwhile holds the mapping's retries instead: each of those, answered in milliseconds,
 	// costs one of the mapping's MaximumRetryAttempts, and the mapping gives the batch up with
@@ -308,7 +309,9 @@ type Pipeline struct {
 	lease      time.Duration
 	// endedConfirm: the wait before the lane rule takes a lease-live marker for dead (progress.go).
 	endedConfirm time.Duration
-	holder       Holder // ON_PARK=hold-key (hold.go); nil: continue
+	// heldWait: the longest wait for a marker that holds records of a mapping run (progress.go).
+	heldWait time.Duration
+	holder   Holder // ON_PARK=hold-key (hold.go); nil: continue
 }
 
 // Option configures a Pipeline.
@@ -335,7 +338,7 @@ func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process Proces
 	}
 	p := &Pipeline{
 		ledger: ledger, checkpoint: checkpointer, parker: parker, process: process, cfg: cfg,
-		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease, endedConfirm: DefaultEndedConfirm,
+		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease, endedConfirm: DefaultEndedConfirm, heldWait: DefaultHeldWait,
 	}
 	for _, o := range opts {
 		o(p)
@@ -499,6 +502,7 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 		return res, fmt.Errorf("%w: lookup %s [%s, %s]: %w", ErrLedger, b.Shard, first, last, err)
 	}
 	view = p.confirmEnded(ctx, &b, view, mine, first, last) // progress.go
+	view = p.awaitHolders(ctx, &b, view, mine, first, last)
 
 	heads, err := holds.wait(ctx, &b, view, &res)
 	if err != nil {
@@ -723,8 +727,11 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 				continue
 			}
 			if yieldsTo(b, m) {
-				for _, id := range m.IDs {
-					if i, ok := b.index(id); ok {
+				// The whole range of the mapping's batch, not only the ids the marker names: a
+				// run names only what it attempts, and the rest of its batch (records not
+				// started, isolated, behind a failed record of their key) is retried too.
+				for i, r := range b.Records {
+					if seqnum.Compare(r.ID.Seq, m.First) >= 0 && seqnum.Compare(r.ID.Seq, m.Last) <= 0 {
 						held[i] = true
 					}
 				}

@@ -94,3 +94,82 @@ func (p *Pipeline) confirmEnded(ctx context.Context, b *Batch, view View, mine M
 	}
 	return v2
 }
+
+// DefaultHeldWait bounds how long a mapping run waits, inside its invocation, for the live
+// marker of another run that started before it and holds some of its records (a second mapping
+// on the same stream running the same batch: a mapping being replaced, the clustered consumers
+// of the field report). Answering at once fails the held records, and the mapping retries
+// within milliseconds: each such retry is one of its MaximumRetryAttempts, so a few seconds of
+// the other run's work used to cost the batch its whole retry budget. Waiting, the run usually
+// finds the records done by the other run and skips them.
+const DefaultHeldWait = 5 * time.Second
+
+// heldPoll is how often a waiting run looks the range up again.
+const heldPoll = 250 * time.Millisecond
+
+// WithHeldWait sets the longest wait for a holding marker (default DefaultHeldWait; 0: none).
+func WithHeldWait(d time.Duration) Option { return func(p *Pipeline) { p.heldWait = d } }
+
+// awaitHolders looks the range up again, every heldPoll, while view holds a live marker of
+// another run that started before mine and names a record of b not done (it would hold it:
+// plan), for at most: heldWait, half a lease (the run's own marker is renewed only once records
+// run, and must not read as dead meanwhile), a third of the time left, and the time left less
+// two deadline margins (the records' own time). Only mapping runs wait; replays and runs
+// without a deadline do not.
+// It returns the last view read (view itself when nothing holds or a lookup fails).
+func (p *Pipeline) awaitHolders(ctx context.Context, b *Batch, view View, mine Marker, first, last string) View {
+	if b.Source != SourceConsumer || p.heldWait <= 0 {
+		return view
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return view
+	}
+	left := time.Until(dl)
+	wait := min(p.heldWait, p.lease/2, left/3, left-2*p.cfg.DeadlineMargin)
+	if wait <= 0 || !p.holds(b, view, mine) {
+		return view
+	}
+	end := time.Now().Add(wait)
+	t := time.NewTimer(heldPoll)
+	defer t.Stop()
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return view
+		case <-t.C:
+		}
+		v2, err := p.ledger.Lookup(ctx, b.Shard, first, last)
+		if err != nil {
+			return view
+		}
+		view = v2
+		if !p.holds(b, view, mine) {
+			return view
+		}
+		t.Reset(min(heldPoll, time.Until(end)))
+	}
+	return view
+}
+
+// holds reports whether view has a marker that plan would hold records of b for: live, of
+// another run that started before mine, not taken for dead by the lane rule, naming a record
+// not done.
+func (p *Pipeline) holds(b *Batch, view View, mine Marker) bool {
+	mv, ok := view.(MarkerView)
+	if !ok {
+		return false
+	}
+	now := p.now()
+	for _, m := range mv.Markers() {
+		if m.Nonce == mine.Nonce || m.Completed || !now.Before(m.Deadline.Add(DeadGrace)) || !earlier(m.Marker, mine) || laneEnded(m, mine, b) {
+			continue
+		}
+		for _, id := range m.IDs {
+			if _, ok := b.index(id); ok && !view.Done(id) {
+				return true
+			}
+		}
+	}
+	return false
+}
