@@ -12,7 +12,7 @@
 //     holds its records: they fail, not attempted (ErrInFlight), as do later records of their
 //     keys (a mapping run first waits a few seconds for such a marker to complete, looking the
 //     range up again: WithHeldWait); a replay also leaves alone the records in the range of a mapping run's
-//     marker, completed or not, until Batch.MappingSettled is past its lease deadline. A dead marker (past its lease plus DeadGrace without an
+//     marker while it is live and until Batch.MappingSettled is past the run's last renewal. A dead marker (past its lease plus DeadGrace without an
 //     entry of its nonce) is a death of every record it names: an attempt for a record it named alone, suspicion
 //     otherwise. When the first runnable record has died, only a prefix runs (half the
 //     smallest dead run that held it; the rest fail with ErrIsolating), the marker rewritten
@@ -147,13 +147,14 @@ type Batch struct {
 	// behind the checkpoint do not).
 	AdvanceCheckpoint bool
 	// MappingSettled (replays only; zero: off): a record inside the range of a mapping run's
-	// marker, completed or not, is held (ErrInFlight) unless that marker's lease deadline is
-	// before this instant. The mapping may still be retrying the record (another lane moved the checkpoint
-	// past it, or a backlog made it older than the settle window), and a replay running it
-	// meanwhile holds the mapping's retries instead: each of those, answered in milliseconds,
-	// costs one of the mapping's MaximumRetryAttempts, and the mapping gives the batch up with
-	// the killer or poison record it was isolating. The reconciler sets now minus its settle
-	// window, by its own clock.
+	// marker is held (ErrInFlight) while that marker is live, and, completed or not, until
+	// MappingSettled has passed the run's last sign of life (its start or last lease renewal:
+	// the marker's deadline less the lease). The mapping may still be retrying the record
+	// (another lane moved the checkpoint past it, or a backlog made it older than the settle
+	// window), and a replay running it meanwhile holds the mapping's retries instead: each of
+	// those, answered in milliseconds, costs one of the mapping's MaximumRetryAttempts, and the
+	// mapping gives the batch up with the killer or poison record it was isolating. The
+	// reconciler sets now minus its settle window, by its own clock.
 	MappingSettled time.Time
 }
 
@@ -726,7 +727,7 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 			if m.Nonce == mine.Nonce {
 				continue
 			}
-			if yieldsTo(b, m) {
+			if p.yieldsTo(b, m, now) {
 				// The whole range of the mapping's batch, not only the ids the marker names: a
 				// run names only what it attempts, and the rest of its batch (records not
 				// started, isolated, behind a failed record of their key) is retried too.
@@ -877,10 +878,13 @@ func (b *Batch) index(id recordid.ID) (int, bool) {
 }
 
 // yieldsTo reports whether replay batch b leaves the records of mapping marker m to the
-// mapping (Batch.MappingSettled).
-func yieldsTo(b *Batch, m MarkerState) bool {
-	return !b.MappingSettled.IsZero() && b.Source != SourceConsumer && m.Source == SourceConsumer &&
-		!m.Deadline.Before(b.MappingSettled)
+// mapping (Batch.MappingSettled). A run renews its marker every half lease, so its deadline
+// less the lease is at most half a lease before the run's end.
+func (p *Pipeline) yieldsTo(b *Batch, m MarkerState, now time.Time) bool {
+	if b.MappingSettled.IsZero() || b.Source == SourceConsumer || m.Source != SourceConsumer {
+		return false
+	}
+	return (!m.Completed && now.Before(m.Deadline)) || !m.Deadline.Add(-p.lease).Before(b.MappingSettled)
 }
 
 func earlier(a, b Marker) bool {

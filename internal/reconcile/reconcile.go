@@ -1013,8 +1013,8 @@ func (r *Reconciler) addCounters(ctx context.Context, shard recordid.Shard, c *c
 // lowest sequence number still failing ("" if none).
 // tail says the page lies past the checkpoint mirror: its replays are counted TailReplayed too.
 func (r *Reconciler) replayPage(ctx context.Context, shard recordid.Shard, page []types.Record, rep *ShardReport, c *checkpoint.Counters, tail bool) (verifiedTo, failedSeq string, err error) {
-	// A record a mapping run named less than the settle window before now (after its lease
-	// deadline) is left to the mapping's retries: the replay would hold them, each held retry
+	// A record inside a mapping run's batch, live or less than the settle window after its last
+	// lease renewal, is left to the mapping's retries: the replay would hold them, each held retry
 	// costing one of the mapping's MaximumRetryAttempts.
 	batch := pipeline.Batch{Shard: shard, Records: r.unfiltered(UserRecords(shard.ShardID, page), rep, c), Source: Source,
 		MappingSettled: r.now().Add(-r.cfg.SettleAfter)}

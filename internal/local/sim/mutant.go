@@ -4,8 +4,10 @@ import (
 	"context"
 	"maps"
 	"strings"
+	"time"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -110,4 +112,13 @@ func (m mutantCheckpoints) CountLoss(ctx context.Context, shard recordid.Shard, 
 		}
 	}
 	return m.Store.CountLoss(ctx, shard, l)
+}
+
+// blindReplayer runs replays without Batch.MappingSettled: the replay does not leave to the
+// mapping what a mapping run still has in hand (MutationFailureRangeWithoutLanes).
+type blindReplayer struct{ p *pipeline.Pipeline }
+
+func (b blindReplayer) Run(ctx context.Context, batch pipeline.Batch) (pipeline.Result, error) {
+	batch.MappingSettled = time.Time{}
+	return b.p.Run(ctx, batch)
 }

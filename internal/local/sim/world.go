@@ -70,8 +70,10 @@ const (
 	// (queueOrderHolds): the hold walk trusts the queue order.
 	MutationHoldQueueOrder = "hold-queue-order"
 	// MutationFailureRangeWithoutLanes builds the failure-queue reconciler without the mapping's
-	// ParallelizationFactor (no WithLanes): a given-up batch's range is replayed in every lane,
-	// not only in the batch's.
+	// ParallelizationFactor (no WithLanes), and its replays without leaving to the mapping what
+	// a mapping run still has in hand (Batch.MappingSettled, which alone keeps most of another
+	// lane's records out of reach): a given-up batch's range is replayed in every lane, not only
+	// in the batch's.
 	MutationFailureRangeWithoutLanes = "failure-range-without-lanes"
 )
 
@@ -339,7 +341,11 @@ func (w *world) reconcileHandler() (*reconcile.Handler, error) {
 	if w.cfg.Mutation == MutationCloseBeforeCount {
 		cpsAPI = mutantCheckpoints{cps, w.kin.EndingSeq}
 	}
-	r, err := reconcile.New(kinesisClient{s: w.s, m: w.kin}, cpsAPI, p,
+	var replay reconcile.Replayer = p
+	if w.cfg.Mutation == MutationFailureRangeWithoutLanes {
+		replay = blindReplayer{p}
+	}
+	r, err := reconcile.New(kinesisClient{s: w.s, m: w.kin}, cpsAPI, replay,
 		reconcile.Config{Group: group, Stream: streamName, SettleAfter: w.cfg.Settle, MaxRecordAge: w.cfg.MaxRecordAge}, reconcile.WithLogger(w.log))
 	if err != nil {
 		return nil, err
