@@ -43,24 +43,25 @@ var (
 
 // Attribute names of a checkpoint item (docs/design.md).
 const (
-	attrCheckpoint       = "checkpoint"
-	attrCheckpointEnc    = "checkpointEnc"
-	attrCheckpointAt     = "checkpointAt"
-	attrWatermark        = "watermark"
-	attrWatermarkEnc     = "watermarkEnc"
-	attrWatermarkAt      = "watermarkAt"
-	attrParents          = "parents"
-	attrClosed           = "closed"
-	attrEndingSeq        = "endingSeq"
-	attrCheckpointWrites = "checkpointWrites"
-	attrRacesLost        = "racesLost"
-	attrGapsDetected     = "gapsDetected"
-	attrGapsReplayed     = "gapsReplayed"
-	attrParked           = "parked"
-	attrLostToRetention  = "lostToRetention"
-	attrLossTokens       = "lossTokens"
-	attrLostSpans        = "lostSpans"
-	attrFiltered         = "filtered"
+	attrCheckpoint        = "checkpoint"
+	attrCheckpointEnc     = "checkpointEnc"
+	attrCheckpointAt      = "checkpointAt"
+	attrWatermark         = "watermark"
+	attrWatermarkEnc      = "watermarkEnc"
+	attrWatermarkAt       = "watermarkAt"
+	attrParents           = "parents"
+	attrClosed            = "closed"
+	attrEndingSeq         = "endingSeq"
+	attrCheckpointWrites  = "checkpointWrites"
+	attrRacesLost         = "racesLost"
+	attrGapsDetected      = "gapsDetected"
+	attrGapsReplayed      = "gapsReplayed"
+	attrParked            = "parked"
+	attrLostToRetention   = "lostToRetention"
+	attrExpiredUnverified = "expiredUnverified"
+	attrLossTokens        = "lossTokens"
+	attrLostSpans         = "lostSpans"
+	attrFiltered          = "filtered"
 )
 
 // dynamoAPI is the part of *dynamodb.Client the store uses.
@@ -120,7 +121,10 @@ type Counters struct {
 	GapsReplayed     int64
 	Parked           int64
 	LostToRetention  int64
-	Filtered         int64 // records the record filter drops, counted by the reconciler (not gaps)
+	// ExpiredUnverified: spans that expired before the reconciler verified them but whose every
+	// record the ledger proves done (CountLoss with Loss.Done).
+	ExpiredUnverified int64
+	Filtered          int64 // records the record filter drops, counted by the reconciler (not gaps)
 }
 
 // State is everything stored for one shard. Zero values mean "never set".
@@ -220,6 +224,10 @@ type Loss struct {
 	// To is where the watermark moves past the span, with the count; "" counts the span without
 	// moving the watermark (nothing is held after it to move it to).
 	To string
+	// Done: every record of the span is proven done (processed or parked) although none was
+	// verified before it expired. The span is counted in expiredUnverified instead of
+	// lostToRetention, with the same once-only identity (lostSpans).
+	Done bool
 }
 
 // spanStart names the span of a shard never verified in lostSpans.
@@ -232,7 +240,8 @@ func (l Loss) key() string {
 	return l.After
 }
 
-// CountLoss adds 1 to the shard's lostToRetention counter for the span l, and moves the
+// CountLoss adds 1 to the shard's lostToRetention counter (expiredUnverified when l.Done) for the
+// span l, and moves the
 // watermark to l.To when set, in one UpdateItem. The span is counted once whoever counts it: the
 // write is conditional on the watermark still being exactly l.After (nobody has passed the span
 // yet) and on the span's identity being absent from the item's lostSpans set, to which it is
@@ -253,6 +262,9 @@ func (s *Store) CountLoss(ctx context.Context, shard recordid.Shard, l Loss) (Re
 		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
 	}
 	names := map[string]string{"#lost": attrLostToRetention, "#tok": attrLossTokens, "#spans": attrLostSpans, "#enc": attrWatermarkEnc}
+	if l.Done {
+		names["#lost"] = attrExpiredUnverified
+	}
 	values := map[string]types.AttributeValue{
 		":one":     &types.AttributeValueMemberN{Value: "1"},
 		":span":    &types.AttributeValueMemberS{Value: l.key()},
@@ -533,6 +545,7 @@ func (c *Counters) fields() []counterField {
 		{attrGapsReplayed, &c.GapsReplayed},
 		{attrParked, &c.Parked},
 		{attrLostToRetention, &c.LostToRetention},
+		{attrExpiredUnverified, &c.ExpiredUnverified},
 		{attrFiltered, &c.Filtered},
 	}
 }

@@ -195,3 +195,31 @@ func TestSetEmptyThrough(t *testing.T) {
 		t.Errorf("new watermark, earlier time: %v %v, want written", ok, err)
 	}
 }
+
+// TestCountLossDone: a span proven done is counted in expiredUnverified, not lostToRetention,
+// with the same watermark move and the same once-only identity: a later count of the span, as
+// a loss or as done, is not applied.
+func TestCountLossDone(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
+	shard := newShard(t)
+	if _, err := store.AdvanceWatermark(ctx, shard, seq56a); err != nil {
+		t.Fatal(err)
+	}
+	res, err := store.CountLoss(ctx, shard, checkpoint.Loss{After: seq56a, To: seq56b, Done: true})
+	if err != nil || !res.Advanced {
+		t.Fatalf("res %+v err %v; want advanced", res, err)
+	}
+	for _, done := range []bool{true, false} {
+		if res, err := store.CountLoss(ctx, shard, checkpoint.Loss{After: seq56a, Done: done}); err != nil || res.Advanced {
+			t.Errorf("second count (done %v): res %+v err %v; want not applied", done, res, err)
+		}
+	}
+	st, err := store.Get(ctx, shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ExpiredUnverified != 1 || st.LostToRetention != 0 || st.Watermark != seq56b {
+		t.Errorf("expiredUnverified %d lostToRetention %d watermark %s; want 1, 0, %s", st.ExpiredUnverified, st.LostToRetention, st.Watermark, seq56b)
+	}
+}

@@ -253,7 +253,11 @@ func (c *memCheckpoints) CountLoss(_ context.Context, shard recordid.Shard, l ch
 	if l.To != "" {
 		st.Watermark = l.To
 	}
-	st.LostToRetention++
+	if l.Done {
+		st.ExpiredUnverified++
+	} else {
+		st.LostToRetention++
+	}
 	return checkpoint.Result{Advanced: true}, nil
 }
 

@@ -93,17 +93,20 @@ func NewHandler(r *Reconciler, emit Emitter, log *slog.Logger, opts ...HandlerOp
 
 // Summary is the scheduled pass's response (visible in `gapless invoke` and the console).
 type Summary struct {
-	RecordsVerified int     `json:"recordsVerified"`
-	GapsDetected    int     `json:"gapsDetected"`
-	GapsReplayed    int     `json:"gapsReplayed"`
-	TailReplayed    int     `json:"tailReplayed"` // the part of gapsReplayed past the checkpoint
-	Parked          int     `json:"parked"`
-	StillFailing    int     `json:"stillFailing"`
-	LostToRetention int     `json:"lostToRetention"`
-	Filtered        int     `json:"filtered,omitempty"` // records the record filter drops (not gaps)
-	VerifiedLagSec  float64 `json:"verifiedLagSeconds"`
-	ShardsDeferred  int     `json:"shardsDeferred"`
-	GetRecordsCalls int     `json:"getRecordsCalls"`
+	RecordsVerified int `json:"recordsVerified"`
+	GapsDetected    int `json:"gapsDetected"`
+	GapsReplayed    int `json:"gapsReplayed"`
+	TailReplayed    int `json:"tailReplayed"` // the part of gapsReplayed past the checkpoint
+	Parked          int `json:"parked"`
+	StillFailing    int `json:"stillFailing"`
+	LostToRetention int `json:"lostToRetention"`
+	// ExpiredUnverified: spans that expired before they were verified, every record of them
+	// proven done (not a loss: the reconciler is behind).
+	ExpiredUnverified int     `json:"expiredUnverified"`
+	Filtered          int     `json:"filtered,omitempty"` // records the record filter drops (not gaps)
+	VerifiedLagSec    float64 `json:"verifiedLagSeconds"`
+	ShardsDeferred    int     `json:"shardsDeferred"`
+	GetRecordsCalls   int     `json:"getRecordsCalls"`
 }
 
 // ErrUnknownEvent is returned by Handle for an event that is neither an SQS event nor a
@@ -151,7 +154,7 @@ func (h *Handler) HandleSchedule(ctx context.Context) (Summary, error) {
 	sum := Summary{
 		RecordsVerified: rep.RecordsVerified, GapsDetected: rep.GapsDetected, GapsReplayed: rep.GapsReplayed,
 		TailReplayed: rep.TailReplayed, Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostToRetention,
-		Filtered: rep.Filtered, VerifiedLagSec: rep.VerifiedLag.Seconds(), GetRecordsCalls: rep.GetRecordsCalls,
+		ExpiredUnverified: rep.ExpiredUnverified, Filtered: rep.Filtered, VerifiedLagSec: rep.VerifiedLag.Seconds(), GetRecordsCalls: rep.GetRecordsCalls,
 	}
 	for _, s := range rep.Shards {
 		if s.Deferred {
@@ -268,6 +271,11 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 	return resp
 }
 
+// MetricExpiredUnverified counts the spans that expired from the stream before the reconciler
+// verified them and whose every record is proven done (spanDone): not a loss, a reconciler
+// that is behind. LostToRetention counts the others.
+const MetricExpiredUnverified = "ExpiredUnverified"
+
 // MetricFailureMessageRefused counts the failure-queue messages HandleSQS refused: not of the
 // mapping's stream (by full ARN) or function, or naming a range the mapping cannot have given
 // up (see ReplayFailed).
@@ -376,6 +384,7 @@ func (h *Handler) emitReport(s ShardReport, lagSeconds float64, extra ...metrics
 		{Name: "RecordsVerified", Value: float64(s.RecordsVerified), Unit: metrics.Count},
 		{Name: "RecordsParked", Value: float64(s.Parked), Unit: metrics.Count},
 		{Name: "LostToRetention", Value: float64(s.LostSpans), Unit: metrics.Count},
+		{Name: MetricExpiredUnverified, Value: float64(s.ExpiredUnverified), Unit: metrics.Count},
 	}
 	if s.Filtered > 0 { // only with a record filter
 		ms = append(ms, metrics.Metric{Name: "RecordsFiltered", Value: float64(s.Filtered), Unit: metrics.Count})
@@ -406,6 +415,7 @@ func (s *ShardReport) add(o ShardReport) {
 	s.Parked += o.Parked
 	s.StillFailing += o.StillFailing
 	s.LostSpans += o.LostSpans
+	s.ExpiredUnverified += o.ExpiredUnverified
 	s.Filtered += o.Filtered
 	s.GetRecordsCalls += o.GetRecordsCalls
 }

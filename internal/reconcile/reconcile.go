@@ -156,9 +156,13 @@ type Reconciler struct {
 	now      func() time.Time
 	log      *slog.Logger
 	progress func(Progress)
+	census   Census // WithCensus; nil: no expired span is proven done
 
 	mu     sync.Mutex
 	cursor string // the shard the next pass starts with ("" before the first pass stopped early)
+	// verifiedAsOf is, per shard, what the last walk of this Reconciler found: the arrival of
+	// the oldest record it knew not verified, or the time it found none (see unverifiedSince).
+	verifiedAsOf map[string]time.Time
 }
 
 // ErrConfig is wrapped by New for unusable configurations.
@@ -235,12 +239,22 @@ type ShardReport struct {
 	TailReplayed int
 	Parked       int // of those, parked by this run
 	StillFailing int // of those, failed again (retried by a later run)
-	LostSpans    int // spans that expired from the stream before they were verified
-	Filtered     int // records the record filter drops: accounted for without a replay
+	// LostSpans: spans that expired from the stream before they were verified, records nobody
+	// processed possibly among them.
+	LostSpans int
+	// ExpiredUnverified: spans that expired before they were verified but whose every record is
+	// proven done (spanDone): the reconciler fell behind, nothing was lost.
+	ExpiredUnverified int
+	Filtered          int // records the record filter drops: accounted for without a replay
 	// OldestUnverified is the arrival time of the oldest record behind the checkpoint known not
 	// to be verified after this run (zero if none is known).
 	OldestUnverified time.Time
-	GetRecordsCalls  int
+	// UnverifiedSince, for a Deferred shard whose walk this run learnt nothing of where it
+	// stands (not walked, stuck, or cut short before its first page), is the time since which
+	// its verification is not known to be current (unverifiedSince); its verified lag is
+	// measured from it. Zero when nothing behind a checkpoint is known at all.
+	UnverifiedSince time.Time
+	GetRecordsCalls int
 }
 
 // Report sums a run.
@@ -249,6 +263,7 @@ type Report struct {
 	RecordsVerified, GapsDetected, GapsReplayed, Parked, StillFailing int
 	TailReplayed                                                      int // the part of GapsReplayed past the checkpoint
 	LostToRetention                                                   int // lost spans
+	ExpiredUnverified                                                 int // expired spans proven done
 	Filtered                                                          int // records the record filter drops
 	GetRecordsCalls                                                   int
 	// VerifiedLag is the age of the oldest record known not to be verified (0 when caught up).
@@ -264,13 +279,22 @@ func (rep *Report) add(s ShardReport, now time.Time) {
 	rep.Parked += s.Parked
 	rep.StillFailing += s.StillFailing
 	rep.LostToRetention += s.LostSpans
+	rep.ExpiredUnverified += s.ExpiredUnverified
 	rep.Filtered += s.Filtered
 	rep.GetRecordsCalls += s.GetRecordsCalls
-	if !s.OldestUnverified.IsZero() {
-		if lag := now.Sub(s.OldestUnverified); lag > rep.VerifiedLag {
+	if from := s.lagFrom(); !from.IsZero() {
+		if lag := now.Sub(from); lag > rep.VerifiedLag {
 			rep.VerifiedLag = lag
 		}
 	}
+}
+
+// lagFrom is the time the shard's verified lag is measured from (zero: no lag known).
+func (s ShardReport) lagFrom() time.Time {
+	if s.OldestUnverified.IsZero() && s.Deferred {
+		return s.UnverifiedSince
+	}
+	return s.OldestUnverified
 }
 
 type shardInfo struct {
@@ -337,7 +361,8 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 			}
 		}
 		if !ready {
-			rep.add(ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true}, r.now())
+			rep.add(ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true,
+				UnverifiedSince: r.unverifiedSince(sh.id, st)}, r.now())
 			continue
 		}
 		// A child the mapping gave up on from its start (lineage.go), or the root of a lineage it
@@ -363,6 +388,12 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 			if !stopped && i+1 < len(order) {
 				r.setCursor(order[i+1].id)
 			}
+		}
+		switch {
+		case sr.Deferred && sr.OldestUnverified.IsZero():
+			sr.UnverifiedSince = r.unverifiedSince(sh.id, st)
+		case err == nil:
+			r.keepVerifiedAsOf(sh.id, sr.OldestUnverified)
 		}
 		rep.add(sr, r.now())
 		if err != nil {
@@ -441,6 +472,40 @@ func (r *Reconciler) passOrder(shards []shardInfo) []shardInfo {
 		start = int(h.Sum64() % uint64(len(sorted)))
 	}
 	return topoOrder(append(sorted[start:], sorted[:start]...))
+}
+
+// unverifiedSince is the time from which a shard this pass learnt nothing about is not known to
+// be verified: what this Reconciler's last walk of it found (the arrival of the oldest record
+// it knew not verified, or, when it found none, the time of that walk: records that arrived
+// since may be unverified); for a reconciler that never walked it (a cold start), the time the
+// verified watermark last moved, or, for a shard never verified, the time the consumer last
+// moved its checkpoint (every record behind it is unverified and arrived before it: a lower
+// bound of the lag). Zero for a shard with neither: nothing is behind a checkpoint.
+func (r *Reconciler) unverifiedSince(shardID string, st checkpoint.State) time.Time {
+	r.mu.Lock()
+	at, ok := r.verifiedAsOf[shardID]
+	r.mu.Unlock()
+	switch {
+	case ok:
+		return at
+	case !st.WatermarkAt.IsZero():
+		return st.WatermarkAt
+	default:
+		return st.CheckpointAt
+	}
+}
+
+// keepVerifiedAsOf remembers what a walk found (unverifiedSince): oldest, or now when zero.
+func (r *Reconciler) keepVerifiedAsOf(shardID string, oldest time.Time) {
+	if oldest.IsZero() {
+		oldest = r.now()
+	}
+	r.mu.Lock()
+	if r.verifiedAsOf == nil {
+		r.verifiedAsOf = map[string]time.Time{}
+	}
+	r.verifiedAsOf[shardID] = oldest
+	r.mu.Unlock()
 }
 
 func (r *Reconciler) setCursor(shardID string) {
@@ -937,14 +1002,20 @@ var errLossNotDurable = errors.New("the write counting the span is not confirmed
 // unanswered write is confirmed by reading the item back, never counted twice) and reports it
 // when this call's write is on the item. A non-nil error means the count is not durable.
 func (r *Reconciler) countLoss(ctx context.Context, shard recordid.Shard, rep *ShardReport, s lostSpan) error {
-	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard, checkpoint.Loss{After: s.after})
+	done, err := r.spanDone(ctx, shard, s, s.to) // nothing is passed: the span ends at the first record held, if known
+	if err != nil {
+		r.log.ErrorContext(ctx, "deciding whether an expired span was all done failed; it is counted by a later pass", "group", shard.Group, "shard_id", shard.ShardID,
+			"lost_after_sequence_number", s.from, "error", err)
+		return fmt.Errorf("reconcile: count expired span of %s after %s: %w: %w", shard.ShardID, s.from, errLossNotDurable, err)
+	}
+	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard, checkpoint.Loss{After: s.after, Done: done})
 	if err != nil {
 		r.log.ErrorContext(ctx, "counting an expired span failed; the shard is not final until a later pass counts it", "group", shard.Group, "shard_id", shard.ShardID,
 			"lost_after_sequence_number", s.from, "error", err)
 		return fmt.Errorf("reconcile: count expired span of %s after %s: %w: %w", shard.ShardID, s.from, errLossNotDurable, err)
 	}
 	if res.Advanced {
-		r.lost(ctx, rep, s)
+		r.lost(ctx, rep, s, done)
 	} else {
 		r.alreadyCounted(ctx, shard, s)
 	}
@@ -964,7 +1035,17 @@ func (r *Reconciler) alreadyCounted(ctx context.Context, shard recordid.Shard, s
 // the watermark is advanced to seq plainly. It returns false when the write failed: the caller
 // then stops, so that no later advance passes the span without its count.
 func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, seq string, rep *ShardReport, s lostSpan) bool {
-	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard, checkpoint.Loss{After: s.after, To: seq})
+	end, err := spanEnd(s, seq)
+	var done bool
+	if err == nil {
+		done, err = r.spanDone(ctx, shard, s, end)
+	}
+	if err != nil {
+		r.log.ErrorContext(ctx, "deciding whether an expired span was all done failed; the watermark stays before it until a later pass",
+			"group", shard.Group, "shard_id", shard.ShardID, "lost_after_sequence_number", s.from, "error", err)
+		return false
+	}
+	res, err := r.cps.CountLoss(context.WithoutCancel(ctx), shard, checkpoint.Loss{After: s.after, To: seq, Done: done})
 	if err != nil {
 		// Not applied, or applied without an answer the store could confirm: the next run
 		// finds out (it reads after the stored watermark and counts the span only if its own
@@ -975,7 +1056,7 @@ func (r *Reconciler) advancePastLoss(ctx context.Context, shard recordid.Shard, 
 	}
 	if res.Advanced {
 		rep.Watermark = seq
-		r.lost(ctx, rep, s)
+		r.lost(ctx, rep, s, done)
 		return true
 	}
 	r.alreadyCounted(ctx, shard, s)
@@ -1083,7 +1164,15 @@ func (r *Reconciler) advance(ctx context.Context, shard recordid.Shard, seq stri
 
 // lost reports and logs a span that expired from the stream before it was verified (its count
 // on the checkpoint item is written by the caller, with the watermark move that passes it).
-func (r *Reconciler) lost(ctx context.Context, rep *ShardReport, s lostSpan) {
+// done: every record of it is proven done (spanDone), an ExpiredUnverified span.
+func (r *Reconciler) lost(ctx context.Context, rep *ShardReport, s lostSpan, done bool) {
+	if done {
+		rep.ExpiredUnverified++
+		attrs := []any{"group", r.cfg.Group, "stream", r.cfg.Stream, "shard_id", rep.ShardID,
+			"expired_after_sequence_number", s.from, "first_sequence_number_held", s.to, "metric", "ExpiredUnverified"}
+		r.log.WarnContext(ctx, "records expired from the stream before the reconciler verified them; the ledger shows every one of them done: nothing was lost, the reconciler is behind", attrs...)
+		return
+	}
 	rep.LostSpans++
 	attrs := []any{"group", r.cfg.Group, "stream", r.cfg.Stream, "shard_id", rep.ShardID,
 		"lost_after_sequence_number", s.from, "first_sequence_number_held", s.to, "metric", "LostToRetention"}

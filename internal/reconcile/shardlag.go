@@ -25,20 +25,18 @@ type shardLag struct {
 	lag     time.Duration
 }
 
-// shardLags lists the verified lag of every shard the run looked at: now minus the arrival of
-// its oldest record known not to be verified, 0 when none is known. A deferred shard reports its
-// lag when the walk that ran out of budget knows where it stopped (the arrival after the last
-// record it verified, or the position it reached through empty pages); one not walked at all
-// has no figure.
+// shardLags lists the verified lag of every shard of the run, so that a shard's lag is never
+// silent: now minus the arrival of its oldest record known not to be verified, 0 when none is
+// known. A deferred shard whose walk ran out of budget reports it from where the walk stopped
+// (the arrival after the last record it verified, or the position it reached through empty
+// pages); one the pass did not walk (its budget spent, its parents not verified, stuck) from
+// ShardReport.UnverifiedSince.
 func shardLags(rep Report, now time.Time) []shardLag {
 	var out []shardLag
 	for _, s := range rep.Shards {
-		if s.Deferred && s.OldestUnverified.IsZero() {
-			continue
-		}
 		var lag time.Duration
-		if !s.OldestUnverified.IsZero() {
-			lag = max(now.Sub(s.OldestUnverified), 0)
+		if from := s.lagFrom(); !from.IsZero() {
+			lag = max(now.Sub(from), 0)
 		}
 		out = append(out, shardLag{s.ShardID, lag})
 	}

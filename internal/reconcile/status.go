@@ -71,12 +71,14 @@ type ShardStatus struct {
 	At         time.Time `json:"checkpoint_at,omitzero"`
 	VerifiedAt time.Time `json:"watermark_at,omitzero"`
 	// Lifetime counters kept on the checkpoint item.
-	GapsDetected    int64  `json:"gaps_detected_total"`
-	GapsReplayed    int64  `json:"gaps_replayed_total"`
-	ParkedTotal     int64  `json:"parked_total"`
-	LostToRetention int64  `json:"lost_to_retention_total"`
-	FilteredTotal   int64  `json:"filtered_total"` // records the reconciler found dropped by the record filter
-	Error           string `json:"error,omitempty"`
+	GapsDetected    int64 `json:"gaps_detected_total"`
+	GapsReplayed    int64 `json:"gaps_replayed_total"`
+	ParkedTotal     int64 `json:"parked_total"`
+	LostToRetention int64 `json:"lost_to_retention_total"`
+	// ExpiredUnverified: spans expired before they were verified, proven done (not a loss).
+	ExpiredUnverified int64  `json:"expired_unverified_total,omitempty"`
+	FilteredTotal     int64  `json:"filtered_total"` // records the reconciler found dropped by the record filter
+	Error             string `json:"error,omitempty"`
 
 	// In-flight markers at or after the checkpoint without an outcome: live (an invocation is
 	// working on those records) and dead (an invocation died on them; counted as attempts and
@@ -162,7 +164,7 @@ func newShardStatus(id string, parents []string, st checkpoint.State) ShardStatu
 		ShardID: id, Parents: parents, Checkpoint: st.Checkpoint, Watermark: st.Watermark,
 		At: st.CheckpointAt, VerifiedAt: st.WatermarkAt,
 		GapsDetected: st.GapsDetected, GapsReplayed: st.GapsReplayed, ParkedTotal: st.Parked,
-		LostToRetention: st.LostToRetention, FilteredTotal: st.Filtered,
+		LostToRetention: st.LostToRetention, ExpiredUnverified: st.ExpiredUnverified, FilteredTotal: st.Filtered,
 	}
 }
 

@@ -21,6 +21,7 @@ var (
 	flagOffset     = flag.Uint64("sim.offset", 0, "see -sim.stride")
 	flagRetention  = flag.Duration("sim.retention", 0, "the short retention of one run in four (default 6m; below the tail rule's 4m finds the uncounted-tail loss)")
 	flagVerbose    = flag.Bool("sim.v", false, "print every run's counts")
+	flagCensus     = flag.Bool("sim.census", false, "give the reconciler a census of the shards: expired spans proven done are counted ExpiredUnverified")
 	flagShrinkTime = flag.Duration("sim.shrinktime", time.Minute, "wall-clock budget for shrinking one failing run")
 	flagControl    = flag.Bool("sim.control", false, "with -sim.mutation: the mutation's run shape without the defect (a control)")
 	flagShrink     = flag.Int("sim.shrink", 1, "shrink and print the fault schedule of the first N failing runs (others print their violations)")
@@ -255,6 +256,7 @@ func TestSim(t *testing.T) {
 	if *flagRetention > 0 {
 		ShortRetention = *flagRetention
 	}
+	Census = *flagCensus
 	list, fresh := seeds(t)
 	budget := *flagDuration
 	if budget == 0 {

@@ -345,8 +345,12 @@ func (w *world) reconcileHandler() (*reconcile.Handler, error) {
 	if w.cfg.Mutation == MutationFailureRangeWithoutLanes {
 		replay = blindReplayer{p}
 	}
+	ropts := []reconcile.Option{reconcile.WithLogger(w.log)}
+	if Census {
+		ropts = append(ropts, reconcile.WithCensus(kinCensus{w.kin}))
+	}
 	r, err := reconcile.New(kinesisClient{s: w.s, m: w.kin}, cpsAPI, replay,
-		reconcile.Config{Group: group, Stream: streamName, SettleAfter: w.cfg.Settle, MaxRecordAge: w.cfg.MaxRecordAge}, reconcile.WithLogger(w.log))
+		reconcile.Config{Group: group, Stream: streamName, SettleAfter: w.cfg.Settle, MaxRecordAge: w.cfg.MaxRecordAge}, ropts...)
 	if err != nil {
 		return nil, err
 	}
@@ -677,10 +681,13 @@ func (w *world) check() Result {
 			bad("loss not counted: %s has %d records trimmed unseen and LostToRetention 0 (watermark %q, checkpoint %q, closed %v): %v",
 				shardID, trimmedUnseen, st.Watermark, st.Checkpoint, st.Closed, unseen)
 		}
-		if int(st.LostToRetention) > spans[shardID] {
-			// A span is counted once whoever finds it: every count names its span.
-			bad("loss counted twice: %s has LostToRetention %d for %d distinct spans (watermark %q)", shardID, st.LostToRetention, spans[shardID], st.Watermark)
+		if int(st.LostToRetention+st.ExpiredUnverified) > spans[shardID] {
+			// A span is counted once whoever finds it: every count names its span (a span proven
+			// done is counted ExpiredUnverified instead, by the same write).
+			bad("loss counted twice: %s has LostToRetention %d and ExpiredUnverified %d for %d distinct spans (watermark %q)",
+				shardID, st.LostToRetention, st.ExpiredUnverified, spans[shardID], st.Watermark)
 		}
+		res.Counts["expired unverified, proven done (counted)"] += int(st.ExpiredUnverified)
 		if st.LostToRetention > 0 && trimmedUnseen == 0 {
 			res.Counts["false loss alarms (spans counted, nothing lost)"] += int(st.LostToRetention)
 		}
