@@ -91,15 +91,21 @@ func TestBatchBridgeOnSQS(t *testing.T) {
 
 			got := map[string][]string{} // key -> record ids in receive order
 			count := map[string]int{}
-			for idle := 0; idle < 2; {
+			// Until every record arrived (then two empty receives, for duplicates), or 30 s: a
+			// receive whose answer was lost on the connection (the SDK retried it) hides its
+			// messages for the visibility timeout, kept short so that they come back in time.
+			for idle, deadline := 0, time.Now().Add(30*time.Second); idle < 2 && time.Now().Before(deadline); {
 				out, err := stacktest.SQS(t).ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"},
+					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 3,
+					MessageAttributeNames: []string{"All"},
 				})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if len(out.Messages) == 0 {
-					idle++
+					if len(count) >= len(b.Records) {
+						idle++
+					}
 					continue
 				}
 				idle = 0

@@ -156,7 +156,10 @@ func TestForwardOnSQS(t *testing.T) {
 			count := 0
 			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && count < len(records)+1; {
 				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"},
+					// A short visibility timeout: messages of a receive whose answer was lost
+					// (the SDK retried it) come back inside the deadline.
+					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 3,
+					MessageAttributeNames: []string{"All"},
 				})
 				if err != nil {
 					t.Fatal(err)
