@@ -399,7 +399,10 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 		cfg.ReportsDir = filepath.Join(root, "reports")
 	}
 	started := time.Now()
-	runID := started.Format("20060102-150405")
+	// The run's resources (stream, tables, queues) and its report directory are named after
+	// it: two runs started in the same second on one stack (tests of two packages at once)
+	// must not share a stream, or the first to finish deletes the other's.
+	runID := started.Format("20060102-150405") + "-" + randHex(2)
 	dir := filepath.Join(cfg.ReportsDir, "demo-"+runID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("demo: report directory: %w", err)
