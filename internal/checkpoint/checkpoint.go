@@ -61,6 +61,8 @@ const (
 	attrExpiredUnverified = "expiredUnverified"
 	attrLossTokens        = "lossTokens"
 	attrLostSpans         = "lostSpans"
+	attrCheckpointToken   = "checkpointToken"
+	attrWatermarkToken    = "watermarkToken"
 	attrFiltered          = "filtered"
 )
 
@@ -107,9 +109,10 @@ type Result struct {
 	// records were processed.
 	Advanced bool
 	// Previous is the stored value that won, when the endpoint returns it with the failed
-	// condition (ReturnValuesOnConditionCheckFailure; DynamoDB does, dynalite does not);
-	// otherwise "". Previous equal to the offered value can mean an earlier attempt of the
-	// same write succeeded but its response was lost and the SDK retried it.
+	// condition (ReturnValuesOnConditionCheckFailure; DynamoDB does, dynalite does not) or
+	// by the read that looks for the call's token; otherwise "". Previous equal to the offered
+	// value is another writer's write of the same value (this call's own applied attempt is
+	// reported Advanced).
 	Previous string
 }
 
@@ -152,19 +155,24 @@ type position struct {
 	raw     string
 	enc     string
 	at      string
+	token   string // the random token of the write that last moved it
 	counter string // bumped on every successful advance; "" for none
 }
 
 var (
-	checkpointPos = position{op: "advance checkpoint", raw: attrCheckpoint, enc: attrCheckpointEnc, at: attrCheckpointAt, counter: attrCheckpointWrites}
-	watermarkPos  = position{op: "advance watermark", raw: attrWatermark, enc: attrWatermarkEnc, at: attrWatermarkAt}
+	checkpointPos = position{op: "advance checkpoint", raw: attrCheckpoint, enc: attrCheckpointEnc, at: attrCheckpointAt, token: attrCheckpointToken, counter: attrCheckpointWrites}
+	watermarkPos  = position{op: "advance watermark", raw: attrWatermark, enc: attrWatermarkEnc, at: attrWatermarkAt, token: attrWatermarkToken}
 )
 
 // Advance moves the shard's checkpoint to seq if seq is greater than the stored checkpoint, in
 // one UpdateItem that also sets checkpointAt and adds 1 to checkpointWrites. A stored value
 // greater than or equal to seq gives Result{Advanced: false} and a nil error. Throttling and
 // server errors are returned after the SDK's own retries; Advanced is never true unless the
-// write happened.
+// write happened. The write stores a random token of its own (checkpointToken), so a call whose
+// first attempt was applied but whose answer was lost (the SDK retries it, and the retry fails
+// the condition on the value the first attempt stored) still reports Advanced: the token is read
+// from the item the failed condition returns, or by a consistent GetItem where the endpoint
+// returns none or no attempt was answered.
 func (s *Store) Advance(ctx context.Context, shard recordid.Shard, seq string) (Result, error) {
 	return s.advance(ctx, checkpointPos, shard, seq)
 }
@@ -183,23 +191,13 @@ func (s *Store) AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq 
 // failed condition is another writer's count or move (Advanced false, no error); any other
 // failure is returned.
 func (s *Store) confirm(ctx context.Context, op string, shard recordid.Shard, l Loss, token string, err error) (Result, error) {
-	var failed *types.ConditionalCheckFailedException
-	var item map[string]types.AttributeValue
-	switch {
-	case err == nil:
+	if err == nil {
 		return Result{Advanced: true}, nil
-	case errors.As(err, &failed):
-		item = failed.Item // nil where the endpoint does not return it (dynalite)
 	}
-	if item == nil {
-		// A failed condition without the item, or no answer at all (every attempt's response
-		// lost): the write may have been applied. Read the item to find out.
-		out, getErr := s.client.GetItem(context.WithoutCancel(ctx), &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
-		if getErr != nil {
-			// The write may be ours: an error, not a lost race.
-			return Result{}, fmt.Errorf("checkpoint: %s %s after %q: %w (and the item could not be read: %v)", op, shard, l.After, err, getErr)
-		}
-		item = out.Item
+	item, failed, getErr := s.afterFailedWrite(ctx, shard, err)
+	if getErr != nil {
+		// The write may be ours: an error, not a lost race.
+		return Result{}, fmt.Errorf("checkpoint: %s %s after %q: %w (and the item could not be read: %v)", op, shard, l.After, err, getErr)
 	}
 	if tokens, ok := item[attrLossTokens].(*types.AttributeValueMemberSS); ok && slices.Contains(tokens.Value, token) {
 		return Result{Advanced: true, Previous: storedSeq(item, attrWatermarkEnc)}, nil
@@ -207,10 +205,32 @@ func (s *Store) confirm(ctx context.Context, op string, shard recordid.Shard, l 
 	if spans, ok := item[attrLostSpans].(*types.AttributeValueMemberSS); ok && slices.Contains(spans.Value, l.key()) {
 		return Result{Previous: storedSeq(item, attrWatermarkEnc)}, nil // counted by another writer
 	}
-	if failed == nil {
+	if !failed {
 		return Result{}, fmt.Errorf("checkpoint: %s %s after %q: %w", op, shard, l.After, err)
 	}
 	return Result{Previous: storedSeq(item, attrWatermarkEnc)}, nil
+}
+
+// afterFailedWrite returns the shard's item after a conditional write that returned err (not
+// nil), to tell the writer's own applied write (its token on the item) from a lost race: the
+// item DynamoDB returns with a failed condition (ReturnValuesOnConditionCheckFailure), or a
+// consistent GetItem where the endpoint returns none (dynalite) or no attempt got an answer
+// (every attempt's response lost: the write may have been applied). failed reports a failed
+// condition; getErr, that the read was needed and failed.
+func (s *Store) afterFailedWrite(ctx context.Context, shard recordid.Shard, err error) (item map[string]types.AttributeValue, failed bool, getErr error) {
+	var cond *types.ConditionalCheckFailedException
+	if errors.As(err, &cond) {
+		failed = true
+		item = cond.Item
+	}
+	if item != nil {
+		return item, failed, nil
+	}
+	out, getErr := s.client.GetItem(context.WithoutCancel(ctx), &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
+	if getErr != nil {
+		return nil, failed, getErr
+	}
+	return out.Item, failed, nil
 }
 
 // Loss is one span of a shard lost to stream retention: records after the verified watermark
@@ -329,13 +349,18 @@ func (s *Store) advance(ctx context.Context, p position, shard recordid.Shard, s
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", p.op, shard, err)
 	}
-	names := map[string]string{"#raw": p.raw, "#enc": p.enc, "#at": p.at}
+	token, err := newToken()
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s: %w", p.op, shard, err)
+	}
+	names := map[string]string{"#raw": p.raw, "#enc": p.enc, "#at": p.at, "#tok": p.token}
 	values := map[string]types.AttributeValue{
 		":raw": &types.AttributeValueMemberS{Value: seq},
 		":enc": &types.AttributeValueMemberS{Value: enc},
 		":at":  &types.AttributeValueMemberS{Value: s.timestamp()},
+		":tok": &types.AttributeValueMemberS{Value: token},
 	}
-	update := "SET #raw = :raw, #enc = :enc, #at = :at"
+	update := "SET #raw = :raw, #enc = :enc, #at = :at, #tok = :tok"
 	if p.counter != "" {
 		update += " ADD #n :one"
 		names["#n"] = p.counter
@@ -352,14 +377,20 @@ func (s *Store) advance(ctx context.Context, p position, shard recordid.Shard, s
 		// (UpdateItem API reference, ReturnValuesOnConditionCheckFailure; no extra cost).
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var lost *types.ConditionalCheckFailedException
-	switch {
-	case err == nil:
+	if err == nil {
 		return Result{Advanced: true}, nil
-	case errors.As(err, &lost):
-		return Result{Previous: storedSeq(lost.Item, p.enc)}, nil
 	}
-	return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w", p.op, shard, seq, err)
+	item, failed, getErr := s.afterFailedWrite(ctx, shard, err)
+	if getErr != nil {
+		return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w (and the item could not be read: %v)", p.op, shard, seq, err, getErr)
+	}
+	if v, ok := item[p.token].(*types.AttributeValueMemberS); ok && v.Value == token {
+		return Result{Advanced: true}, nil // an earlier attempt of this call was applied; its answer was lost
+	}
+	if !failed {
+		return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w", p.op, shard, seq, err)
+	}
+	return Result{Previous: storedSeq(item, p.enc)}, nil
 }
 
 // storedSeq decodes the encoded position from an item returned with a failed condition; ""

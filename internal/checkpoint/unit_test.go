@@ -243,40 +243,61 @@ func equalS(av types.AttributeValue, want string) bool {
 }
 
 // TestAdvanceOutcomes translates UpdateItem outcomes: success, a lost race with and without
-// the old item, and failures that must stay errors.
+// the old item, an attempt whose answer was lost (the item holds the call's own token), and
+// failures that must stay errors. Where the failed write returns no item, the store reads it;
+// read says what that read finds: "" nothing, "other" another writer's token, "own" this call's.
 func TestAdvanceOutcomes(t *testing.T) {
 	throttled := &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "UpdateItem",
 		Err: &types.ProvisionedThroughputExceededException{Message: aws.String("slow down")}}
 	lostWithItem := &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "UpdateItem",
 		Err: &types.ConditionalCheckFailedException{Item: map[string]types.AttributeValue{
-			"checkpointEnc": s(seqnum.MustEncode("100")), "checkpoint": s("100")}}}
+			"checkpointEnc": s(seqnum.MustEncode("100")), "checkpoint": s("100"), "checkpointToken": s("another")}}}
 	lostBareItem := &types.ConditionalCheckFailedException{}
 	lostBadItem := &types.ConditionalCheckFailedException{Item: map[string]types.AttributeValue{"checkpointEnc": n("100")}}
 
 	cases := []struct {
 		name     string
 		err      error
+		read     string
 		want     checkpoint.Result
 		wantErr  bool
 		errMatch func(error) bool
 	}{
-		{"written", nil, checkpoint.Result{Advanced: true}, false, nil},
-		{"lost race, old item returned", lostWithItem, checkpoint.Result{Previous: "100"}, false, nil},
-		{"lost race, no item (dynalite)", lostBareItem, checkpoint.Result{}, false, nil},
-		{"lost race, unreadable item", lostBadItem, checkpoint.Result{}, false, nil},
-		{"throttled after retries", throttled, checkpoint.Result{}, true, func(err error) bool {
+		{"written", nil, "", checkpoint.Result{Advanced: true}, false, nil},
+		{"lost race, old item returned", lostWithItem, "", checkpoint.Result{Previous: "100"}, false, nil},
+		{"lost race, no item (dynalite): read", lostBareItem, "other", checkpoint.Result{Previous: "100"}, false, nil},
+		{"retry failed on its own applied attempt, no item: read", lostBareItem, "own", checkpoint.Result{Advanced: true}, false, nil},
+		{"lost race, unreadable item", lostBadItem, "", checkpoint.Result{}, false, nil},
+		{"throttled after retries", throttled, "other", checkpoint.Result{}, true, func(err error) bool {
 			var e *types.ProvisionedThroughputExceededException
 			return errors.As(err, &e)
 		}},
-		{"context canceled", context.Canceled, checkpoint.Result{}, true, func(err error) bool { return errors.Is(err, context.Canceled) }},
+		{"no answer, but the read finds the write applied", throttled, "own", checkpoint.Result{Advanced: true}, false, nil},
+		{"context canceled", context.Canceled, "", checkpoint.Result{}, true, func(err error) bool { return errors.Is(err, context.Canceled) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			fake := &fakeDynamo{t: t, updateItem: func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+			var token string
+			fake := &fakeDynamo{t: t, updateItem: func(in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+				token = in.ExpressionAttributeValues[":tok"].(*types.AttributeValueMemberS).Value
 				if tc.err != nil {
 					return nil, tc.err
 				}
 				return &dynamodb.UpdateItemOutput{}, nil
+			}, getItem: func(in *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
+				if !aws.ToBool(in.ConsistentRead) {
+					t.Error("the read after a failed write is not consistent")
+				}
+				item := map[string]types.AttributeValue{"checkpointEnc": s(seqnum.MustEncode("100")), "checkpoint": s("100")}
+				switch tc.read {
+				case "":
+					return &dynamodb.GetItemOutput{}, nil
+				case "own":
+					item["checkpointToken"] = s(token)
+				default:
+					item["checkpointToken"] = s("another")
+				}
+				return &dynamodb.GetItemOutput{Item: item}, nil
 			}}
 			res, err := checkpoint.New(fake, "tbl").Advance(context.Background(), unitShard, "99")
 			if res != tc.want {
