@@ -111,8 +111,9 @@ type Result struct {
 	// Previous is the stored value that won, when the endpoint returns it with the failed
 	// condition (ReturnValuesOnConditionCheckFailure; DynamoDB does, dynalite does not) or
 	// by the read that looks for the call's token; otherwise "". Previous equal to the offered
-	// value is another writer's write of the same value (this call's own applied attempt is
-	// reported Advanced).
+	// value is another writer's write of the same value, or, where the endpoint returns no
+	// item with a failed condition, this call's own earlier attempt whose answer was lost
+	// (where it returns the item, that attempt is reported Advanced).
 	Previous string
 }
 
@@ -171,8 +172,10 @@ var (
 // write happened. The write stores a random token of its own (checkpointToken), so a call whose
 // first attempt was applied but whose answer was lost (the SDK retries it, and the retry fails
 // the condition on the value the first attempt stored) still reports Advanced: the token is read
-// from the item the failed condition returns, or by a consistent GetItem where the endpoint
-// returns none or no attempt was answered.
+// from the item the failed condition returns (DynamoDB returns it at no extra cost), or by a
+// consistent GetItem when no attempt was answered. A lost race costs no read: where the endpoint
+// returns no item with the failed condition (dynalite), such a retry reads as a lost race
+// (Advanced false; the value is stored either way).
 func (s *Store) Advance(ctx context.Context, shard recordid.Shard, seq string) (Result, error) {
 	return s.advance(ctx, checkpointPos, shard, seq)
 }
@@ -194,7 +197,7 @@ func (s *Store) confirm(ctx context.Context, op string, shard recordid.Shard, l 
 	if err == nil {
 		return Result{Advanced: true}, nil
 	}
-	item, failed, getErr := s.afterFailedWrite(ctx, shard, err)
+	item, failed, getErr := s.afterFailedWrite(ctx, shard, err, true)
 	if getErr != nil {
 		// The write may be ours: an error, not a lost race.
 		return Result{}, fmt.Errorf("checkpoint: %s %s after %q: %w (and the item could not be read: %v)", op, shard, l.After, err, getErr)
@@ -214,16 +217,17 @@ func (s *Store) confirm(ctx context.Context, op string, shard recordid.Shard, l 
 // afterFailedWrite returns the shard's item after a conditional write that returned err (not
 // nil), to tell the writer's own applied write (its token on the item) from a lost race: the
 // item DynamoDB returns with a failed condition (ReturnValuesOnConditionCheckFailure), or a
-// consistent GetItem where the endpoint returns none (dynalite) or no attempt got an answer
-// (every attempt's response lost: the write may have been applied). failed reports a failed
-// condition; getErr, that the read was needed and failed.
-func (s *Store) afterFailedWrite(ctx context.Context, shard recordid.Shard, err error) (item map[string]types.AttributeValue, failed bool, getErr error) {
+// consistent GetItem when no attempt got an answer (every attempt's response lost: the write may
+// have been applied), or, with readBare, when the failed condition came without the item (an
+// endpoint that does not return it: dynalite). failed reports a failed condition; getErr, that
+// the read was needed and failed.
+func (s *Store) afterFailedWrite(ctx context.Context, shard recordid.Shard, err error, readBare bool) (item map[string]types.AttributeValue, failed bool, getErr error) {
 	var cond *types.ConditionalCheckFailedException
 	if errors.As(err, &cond) {
 		failed = true
 		item = cond.Item
 	}
-	if item != nil {
+	if item != nil || (failed && !readBare) {
 		return item, failed, nil
 	}
 	out, getErr := s.client.GetItem(context.WithoutCancel(ctx), &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key(shard), ConsistentRead: aws.Bool(true)})
@@ -380,7 +384,7 @@ func (s *Store) advance(ctx context.Context, p position, shard recordid.Shard, s
 	if err == nil {
 		return Result{Advanced: true}, nil
 	}
-	item, failed, getErr := s.afterFailedWrite(ctx, shard, err)
+	item, failed, getErr := s.afterFailedWrite(ctx, shard, err, false)
 	if getErr != nil {
 		return Result{}, fmt.Errorf("checkpoint: %s %s to %s: %w (and the item could not be read: %v)", p.op, shard, seq, err, getErr)
 	}

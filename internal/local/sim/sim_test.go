@@ -376,10 +376,10 @@ func TestSimFindsMutations(t *testing.T) {
 		{MutationCountOnDirection, []string{"loss counted twice"}, "", 40},
 		// The hold walk in the order the redrive session received the messages (a standard queue
 		// keeps none): a later record of a held key is applied before its head.
-		{MutationHoldQueueOrder, []string{"out of order"}, "", 30},
+		{MutationHoldQueueOrder, []string{"out of order"}, "", 150},
 		// A failure-queue range replayed in every lane: a later record of a key in another lane's
 		// range is applied while that lane, behind, still holds an earlier one.
-		{MutationFailureRangeWithoutLanes, []string{"applied ahead of its lane"}, "", 60},
+		{MutationFailureRangeWithoutLanes, []string{"applied ahead of its lane"}, "", 100},
 	} {
 		t.Run(tc.mutation, func(t *testing.T) {
 			breaks := func(res Result) string {
