@@ -173,7 +173,7 @@ var (
 // first attempt was applied but whose answer was lost (the SDK retries it, and the retry fails
 // the condition on the value the first attempt stored) still reports Advanced: the token is read
 // from the item the failed condition returns (DynamoDB returns it at no extra cost), or by a
-// consistent GetItem when no attempt was answered. A lost race costs no read: where the endpoint
+// consistent GetItem after any other error (one read per failed call, never on a lost race). A lost race costs no read: where the endpoint
 // returns no item with the failed condition (dynalite), such a retry reads as a lost race
 // (Advanced false; the value is stored either way).
 func (s *Store) Advance(ctx context.Context, shard recordid.Shard, seq string) (Result, error) {
@@ -217,10 +217,11 @@ func (s *Store) confirm(ctx context.Context, op string, shard recordid.Shard, l 
 // afterFailedWrite returns the shard's item after a conditional write that returned err (not
 // nil), to tell the writer's own applied write (its token on the item) from a lost race: the
 // item DynamoDB returns with a failed condition (ReturnValuesOnConditionCheckFailure), or a
-// consistent GetItem when no attempt got an answer (every attempt's response lost: the write may
-// have been applied), or, with readBare, when the failed condition came without the item (an
-// endpoint that does not return it: dynalite). failed reports a failed condition; getErr, that
-// the read was needed and failed.
+// consistent GetItem after any other error (the last attempt's throttle or 5xx may follow an
+// earlier attempt that was applied and whose answer was lost, so every such error is read),
+// or, with readBare, when the failed condition came without the item (an endpoint that does
+// not return it: dynalite). failed reports a failed condition; getErr, that the read was needed
+// and failed.
 func (s *Store) afterFailedWrite(ctx context.Context, shard recordid.Shard, err error, readBare bool) (item map[string]types.AttributeValue, failed bool, getErr error) {
 	var cond *types.ConditionalCheckFailedException
 	if errors.As(err, &cond) {

@@ -295,8 +295,8 @@ func TestAdvanceOutcomes(t *testing.T) {
 				switch tc.read {
 				case "":
 					return &dynamodb.GetItemOutput{}, nil
-				case "own":
-					item["checkpointToken"] = s(token)
+				case "own": // this call's write of 99 landed
+					item = map[string]types.AttributeValue{"checkpointEnc": s(seqnum.MustEncode("99")), "checkpoint": s("99"), "checkpointToken": s(token)}
 				default:
 					item["checkpointToken"] = s("another")
 				}
