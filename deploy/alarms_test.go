@@ -183,6 +183,10 @@ func TestAlarmsForSilentFailures(t *testing.T) {
 		"LedgerWriteFailuresAlarm": {metrics.Namespace, "LedgerWriteFailures", "GroupName", "notBreaching"},
 		"RecordsFailedAlarm":       {metrics.Namespace, "RecordsFailed", "GroupName", "notBreaching"},
 		"ParkedQueueAgeAlarm":      {"AWS/SQS", "ApproximateAgeOfOldestMessage", "ParkedQueue.QueueName", "notBreaching"},
+		// The fan-out: a shard whose walks keep failing, walkers falling behind, refused work.
+		"VerifyDeadLetterAlarm":     {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "VerifyDeadLetterQueue.QueueName", "notBreaching"},
+		"VerifyQueueAgeAlarm":       {"AWS/SQS", "ApproximateAgeOfOldestMessage", "VerifyQueue.QueueName", "notBreaching"},
+		"VerifyMessageRefusedAlarm": {metrics.Namespace, "VerifyMessageRefused", "GroupName", "notBreaching"},
 		// Silence is not health: no data means nothing reads or verifies.
 		"VerifiedLagAlarm":         {metrics.Namespace, "VerifiedLagSeconds", "GroupName", "breaching"},
 		"ConsumerIteratorAgeAlarm": {"AWS/Lambda", "IteratorAge", "ConsumerFunction", "breaching"},
@@ -221,6 +225,13 @@ func TestAlarmsForSilentFailures(t *testing.T) {
 	threshold, err := strconv.Atoi(scalar(c.prop("ParkedQueueAgeAlarm", "Threshold")))
 	if err != nil || threshold <= 0 || threshold > schema.ParkedRetentionSeconds/2 {
 		t.Errorf("ParkedQueueAgeAlarm threshold %q: want at most half the parked retention (%d s)", scalar(c.prop("ParkedQueueAgeAlarm", "Threshold")), schema.ParkedRetentionSeconds/2)
+	}
+	// The verify queue's age alarm: a pass's message for a shard can wait for the walk of the
+	// previous pass's (one walker per shard, up to the reconciler's timeout) and for a pass to
+	// come round again; more than two schedule periods plus a timeout is a backlog.
+	verifyAge, err := strconv.Atoi(scalar(c.prop("VerifyQueueAgeAlarm", "Threshold")))
+	if want := 2*every*60 + c.functionTimeout("ReconcilerFunction"); err != nil || verifyAge < want {
+		t.Errorf("VerifyQueueAgeAlarm threshold %q: want at least two schedule periods plus the reconciler's timeout (%d s)", scalar(c.prop("VerifyQueueAgeAlarm", "Threshold")), want)
 	}
 	if got := scalar(c.prop("ConsumerErrorsAlarm", "AlarmDescription")); strings.Contains(got, "ledger write error)") || strings.Contains(got, "ledger write error;") {
 		t.Errorf("ConsumerErrorsAlarm claims ledger write errors count as Lambda Errors: %s", got)

@@ -135,6 +135,13 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 	}
+	// The queue ages an operator watches besides their alarms: the failure queue (ranges the
+	// mapping gave up on) and the verify queue (the fan-out's backlog).
+	for _, q := range []string{"FailureQueue.QueueName", "VerifyQueue.QueueName"} {
+		if !slices.Contains(subs, q) {
+			t.Errorf("the dashboard does not show %s", q)
+		}
+	}
 	for _, want := range []string{"RecordsProcessed", "DuplicatesSkipped", "RecordsFailed", "RecordsParked", "GapsDetected",
 		"GapsReplayed", "VerifiedLagSeconds/" + metrics.DimensionShard, "LostToRetention", "IteratorAge", "ReadThrottleEvents", "WriteThrottleEvents",
 		"PolledEventCount", "FilteredOutEventCount", "FailedInvokeEventCount", "DroppedEventCount", "OnFailureDestinationDeliveredEventCount"} {

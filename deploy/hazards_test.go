@@ -40,6 +40,39 @@ func TestMaximumRecordAgeMatchesLambda(t *testing.T) {
 	}
 }
 
+// lambdaMaxConcurrency is the range of an SQS event source's ScalingConfig.MaximumConcurrency:
+// "Valid Range: Minimum value of 2. Maximum value of 1000." (Lambda API reference,
+// ScalingConfig, https://docs.aws.amazon.com/lambda/latest/api/API_ScalingConfig.html).
+const lambdaMinConcurrency, lambdaMaxConcurrency = 2, 1000
+
+// TestVerifyConcurrencyMatchesLambda: VerifyConcurrency accepts exactly what Lambda accepts as
+// MaximumConcurrency, and every SQS event's literal MaximumConcurrency is in that range, so a
+// deployment fails at parameter validation, not halfway through an update.
+func TestVerifyConcurrencyMatchesLambda(t *testing.T) {
+	c := loadTemplate(t)
+	p := c.param("VerifyConcurrency")
+	if got := scalar(get(p, "Type")); got != "Number" {
+		t.Errorf("VerifyConcurrency Type %q, want Number", got)
+	}
+	if lo, hi := scalar(get(p, "MinValue")), scalar(get(p, "MaxValue")); lo != strconv.Itoa(lambdaMinConcurrency) || hi != strconv.Itoa(lambdaMaxConcurrency) {
+		t.Errorf("VerifyConcurrency MinValue %q MaxValue %q, want %d and %d (ScalingConfig)", lo, hi, lambdaMinConcurrency, lambdaMaxConcurrency)
+	}
+	if d := c.paramDefaultInt("VerifyConcurrency"); d < lambdaMinConcurrency || d > lambdaMaxConcurrency {
+		t.Errorf("VerifyConcurrency default %d outside %d-%d", d, lambdaMinConcurrency, lambdaMaxConcurrency)
+	}
+	for _, fn := range c.resourcesOfType("AWS::Serverless::Function") {
+		for _, ev := range c.events(fn, "SQS") {
+			n := get(ev, "ScalingConfig", "MaximumConcurrency")
+			if n == nil || c.paramOf(n) != "" {
+				continue
+			}
+			if v, err := strconv.Atoi(scalar(n)); err != nil || v < lambdaMinConcurrency || v > lambdaMaxConcurrency {
+				t.Errorf("%s: SQS event on %s has MaximumConcurrency %q, outside %d-%d", fn, getAtt(get(ev, "Queue")), scalar(n), lambdaMinConcurrency, lambdaMaxConcurrency)
+			}
+		}
+	}
+}
+
 // TestStreamArnPatternMatchesConfig: the template's StreamArn and the reconciler's STREAM_ARN
 // accept the same ARNs (the template passes one to the other).
 func TestStreamArnPatternMatchesConfig(t *testing.T) {

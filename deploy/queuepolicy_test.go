@@ -7,10 +7,11 @@ import (
 	"testing"
 )
 
-// TestQueuePoliciesAcceptOnlyTheSenders: every queue a role may send to (the parked, target and
-// failure queues) has a queue policy that denies sqs:SendMessage to every principal but the
-// roles granted it (wantGrants, which TestIAMLeastPrivilege ties to the roles): a principal with
-// SQS rights of its own cannot forge a parked record, a forwarded record or an on-failure range.
+// TestQueuePoliciesAcceptOnlyTheSenders: every queue a role may send to (the parked, target,
+// failure and verify queues) has a queue policy that denies sqs:SendMessage to every principal
+// but the roles granted it (wantGrants, which TestIAMLeastPrivilege ties to the roles): a
+// principal with SQS rights of its own cannot forge a parked record, a forwarded record, an
+// on-failure range or a shard's verification work.
 // Every SAM template of the repository is held to it (an example has no target queue).
 func TestQueuePoliciesAcceptOnlyTheSenders(t *testing.T) {
 	forEachTemplate(t, checkQueuePolicies)
@@ -24,7 +25,7 @@ func checkQueuePolicies(t *testing.T, path string, c *cfn) {
 			senders[queue] = append(senders[queue], role+".Arn")
 		}
 	}
-	queues := slices.DeleteFunc([]string{"FailureQueue", "ParkedQueue", "TargetQueue"}, func(q string) bool { return get(c.root, "Resources", q) == nil })
+	queues := slices.DeleteFunc([]string{"FailureQueue", "ParkedQueue", "TargetQueue", "VerifyQueue"}, func(q string) bool { return get(c.root, "Resources", q) == nil })
 	if !slices.Equal(slices.Sorted(maps.Keys(senders)), queues) {
 		t.Fatalf("queues sent to: %v", slices.Sorted(maps.Keys(senders)))
 	}

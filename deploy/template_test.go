@@ -49,6 +49,7 @@ var wantParameterDefaults = map[string]string{
 	"TableDeletionProtection":    "true",
 	"TargetQueueFifo":            "false",
 	"DedupeKey":                  "",
+	"VerifyConcurrency":          "5",
 }
 
 func TestParameterDefaults(t *testing.T) {
@@ -197,6 +198,8 @@ var (
 			// the S3 on-failure destination, the only bucket the reconciler reads objects
 			// from ("" with the SQS destination)
 			config.EnvFailureBucket: {"=", "FailureBucket"},
+			// the fan-out's FIFO work queue, which the reconciler also consumes (Events.Verify)
+			config.EnvVerifyQueueURL: {"VerifyQueue"},
 		}),
 	}
 )
@@ -271,6 +274,12 @@ func TestDefaultsLoad(t *testing.T) {
 				out[name] = defaults[p]
 			case name == config.EnvStreamARN: // the ARN of the stream named by STREAM_NAME
 				out[name] = "arn:aws:kinesis:us-east-1:111122223333:stream/placeholder-" + strings.ReplaceAll(strings.ToLower(config.EnvStreamName), "_", "-")
+			case p != "" && scalar(get(c.root, "Resources", p, "Type")) == "AWS::SQS::Queue":
+				// !Ref of a queue is its URL; a FIFO queue's name ends in .fifo.
+				out[name] = "https://sqs.us-east-1.amazonaws.com/111122223333/placeholder-" + strings.ToLower(p)
+				if scalar(c.prop(p, "FifoQueue")) == "true" {
+					out[name] += ".fifo"
+				}
 			default: // a resource: table name, queue URL, stream name
 				out[name] = "placeholder-" + strings.ReplaceAll(strings.ToLower(name), "_", "-") // a valid bucket name too
 			}
@@ -295,6 +304,9 @@ func TestDefaultsLoad(t *testing.T) {
 	}
 	if rec.SettleAfter != defaults.duration(t, "SettleAfter") {
 		t.Errorf("SettleAfter loaded %v, default %s", rec.SettleAfter, defaults["SettleAfter"])
+	}
+	if rec.VerifyQueueURL == "" {
+		t.Errorf("VERIFY_QUEUE_URL not loaded: the template's reconciler fans out")
 	}
 }
 
@@ -454,7 +466,7 @@ func TestQueues(t *testing.T) {
 			t.Errorf("%s: SqsManagedSseEnabled is not true", id)
 		}
 	}
-	for queue, dlq := range map[string]string{"FailureQueue": "FailureDeadLetterQueue", "TargetQueue": "TargetDeadLetterQueue"} {
+	for queue, dlq := range map[string]string{"FailureQueue": "FailureDeadLetterQueue", "TargetQueue": "TargetDeadLetterQueue", "VerifyQueue": "VerifyDeadLetterQueue"} {
 		rp := c.prop(queue, "RedrivePolicy")
 		if got := getAtt(get(rp, "deadLetterTargetArn")); got != dlq+".Arn" {
 			t.Errorf("%s redrives to %q, want %s", queue, got, dlq)
@@ -473,10 +485,30 @@ func TestQueues(t *testing.T) {
 	if c.conditionParam("TargetFifo") != "TargetQueueFifo" {
 		t.Errorf("condition TargetFifo must test parameter TargetQueueFifo")
 	}
-	// The SQS event source needs the visibility timeout to cover the function timeout.
-	vis, _ := strconv.Atoi(scalar(c.prop("FailureQueue", "VisibilityTimeout")))
-	if timeout := c.functionTimeout("ReconcilerFunction"); vis < timeout {
-		t.Errorf("FailureQueue VisibilityTimeout %d < reconciler Timeout %d", vis, timeout)
+	// The verify queue is FIFO (message group = shard: one walker per shard), and so is its
+	// DLQ (SQS requires a FIFO queue's dead-letter queue to be FIFO). The reconciler sets every
+	// MessageDeduplicationId itself (shard and pass time): content-based deduplication would
+	// drop a pass's message whose body equals an earlier pass's.
+	for _, id := range []string{"VerifyQueue", "VerifyDeadLetterQueue"} {
+		if got := scalar(c.prop(id, "FifoQueue")); got != "true" {
+			t.Errorf("%s: FifoQueue %q, want true", id, got)
+		}
+	}
+	if got := scalar(c.prop("VerifyQueue", "ContentBasedDeduplication")); got != "false" {
+		t.Errorf("VerifyQueue: ContentBasedDeduplication %q, want false", got)
+	}
+	// Every queue the reconciler's SQS event sources poll: "set the source queue's visibility
+	// timeout to at least six times the configuration timeout on your function" (Lambda
+	// developer guide, "Creating and configuring an Amazon SQS event source mapping",
+	// https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html); Lambda refuses
+	// a mapping whose queue's timeout is below the function's.
+	timeout := c.functionTimeout("ReconcilerFunction")
+	for _, ev := range c.events("ReconcilerFunction", "SQS") {
+		q := strings.TrimSuffix(getAtt(get(ev, "Queue")), ".Arn")
+		vis, err := strconv.Atoi(scalar(c.prop(q, "VisibilityTimeout")))
+		if err != nil || vis < 6*timeout {
+			t.Errorf("%s VisibilityTimeout %q: want at least 6 x the reconciler's Timeout %d = %d", q, scalar(c.prop(q, "VisibilityTimeout")), timeout, 6*timeout)
+		}
 	}
 }
 
@@ -551,15 +583,26 @@ func TestReconcilerEvents(t *testing.T) {
 	if len(sched) != 1 || c.paramOf(get(sched[0], "Schedule")) != "ReconcileSchedule" {
 		t.Errorf("ReconcilerFunction needs one Schedule event on !Ref ReconcileSchedule")
 	}
-	sqsEvs := c.events("ReconcilerFunction", "SQS")
-	if len(sqsEvs) != 1 {
-		t.Fatalf("ReconcilerFunction has %d SQS events, want 1", len(sqsEvs))
+	byQueue := map[string]*yaml.Node{}
+	for _, ev := range c.events("ReconcilerFunction", "SQS") {
+		byQueue[getAtt(get(ev, "Queue"))] = ev
 	}
-	if got := getAtt(get(sqsEvs[0], "Queue")); got != "FailureQueue.Arn" {
-		t.Errorf("SQS event queue %q, want FailureQueue.Arn", got)
+	if got := slices.Sorted(maps.Keys(byQueue)); !slices.Equal(got, []string{"FailureQueue.Arn", "VerifyQueue.Arn"}) {
+		t.Fatalf("ReconcilerFunction's SQS events are on %v, want FailureQueue.Arn and VerifyQueue.Arn", got)
 	}
-	if !slices.Contains(stringList(get(sqsEvs[0], "FunctionResponseTypes")), "ReportBatchItemFailures") {
-		t.Errorf("SQS event lacks FunctionResponseTypes ReportBatchItemFailures")
+	for q, ev := range byQueue {
+		// A refused or failed message is reported alone; without it the whole batch returns.
+		if !slices.Contains(stringList(get(ev, "FunctionResponseTypes")), "ReportBatchItemFailures") {
+			t.Errorf("SQS event on %s lacks FunctionResponseTypes ReportBatchItemFailures", q)
+		}
+	}
+	// The fan-out: one shard per invocation, as many walkers at once as VerifyConcurrency.
+	verify := byQueue["VerifyQueue.Arn"]
+	if got := scalar(get(verify, "BatchSize")); got != "1" {
+		t.Errorf("Verify event BatchSize %q, want 1 (one shard per invocation)", got)
+	}
+	if got := c.paramOf(get(verify, "ScalingConfig", "MaximumConcurrency")); got != "VerifyConcurrency" {
+		t.Errorf("Verify event ScalingConfig.MaximumConcurrency comes from %q, want parameter VerifyConcurrency", got)
 	}
 }
 
@@ -708,6 +751,11 @@ func gaplessGrants() map[string]grants {
 	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}, "FailureQueue.Arn")
 	// The reconciler releases on-failure messages it had no time to try (reconcile.WithRelease).
 	reconciler.add([]string{"sqs:GetQueueUrl", "sqs:SendMessage"}, "FailureQueue.Arn")
+	// The fan-out: the scheduled pass sends one message per shard to the verify queue, a walker
+	// the children of a closed parent; the SQS event source polls it with the reconciler's role
+	// (the same three actions as the failure queue's: nothing changes a message's visibility).
+	reconciler.add([]string{"sqs:SendMessage"}, "VerifyQueue.Arn")
+	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}, "VerifyQueue.Arn")
 	// Redrive runs in the reconciler (reconcile.WithCommands): it consumes the parked queue and
 	// reads parked payloads back.
 	reconciler.add([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}, "ParkedQueue.Arn")
@@ -851,6 +899,7 @@ func TestAlarms(t *testing.T) {
 		{metrics.Namespace, "ParkedRefused", metrics.DimensionGroup, "GroupName"},
 		{metrics.Namespace, "FailureMessageRefused", metrics.DimensionGroup, "GroupName"},
 		{metrics.Namespace, "RecordsOfAnotherStream", metrics.DimensionGroup, "GroupName"},
+		{metrics.Namespace, "VerifyMessageRefused", metrics.DimensionGroup, "GroupName"},
 		{"AWS/Lambda", "IteratorAge", "FunctionName", "ConsumerFunction"},
 		{"AWS/Lambda", "Errors", "FunctionName", "ConsumerFunction"},
 		{"AWS/Lambda", "Throttles", "FunctionName", "ConsumerFunction"},
@@ -859,6 +908,9 @@ func TestAlarms(t *testing.T) {
 		{"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "ParkedQueue.QueueName"},
 		{"AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", "FailureQueue.QueueName"},
 		{"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "FailureDeadLetterQueue.QueueName"},
+		// The fan-out: a shard whose walks keep failing (or refused work), walkers falling behind.
+		{"AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "VerifyDeadLetterQueue.QueueName"},
+		{"AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", "VerifyQueue.QueueName"},
 	} {
 		if !slices.Contains(have, m) {
 			t.Errorf("no alarm on %+v", m)
