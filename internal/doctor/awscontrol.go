@@ -31,7 +31,9 @@ type EventBridgeAPI interface {
 	DescribeRule(context.Context, *eventbridge.DescribeRuleInput, ...func(*eventbridge.Options)) (*eventbridge.DescribeRuleOutput, error)
 }
 
-// CloudWatchAPI is the CloudWatch call of the live mode (cloudwatch:DescribeAlarms).
+// CloudWatchAPI is the CloudWatch call of the live mode (cloudwatch:DescribeAlarms). A client
+// that is also a MetricDataAPI (cloudwatch:GetMetricData) lets doctor measure the stream's
+// shard ingest (AWSControlPlane.ShardIngest).
 type CloudWatchAPI interface {
 	DescribeAlarms(context.Context, *cloudwatch.DescribeAlarmsInput, ...func(*cloudwatch.Options)) (*cloudwatch.DescribeAlarmsOutput, error)
 }
@@ -213,6 +215,8 @@ func mappingOf(m lambdatypes.EventSourceMappingConfiguration) *Mapping {
 			out.Filters = append(out.Filters, aws.ToString(f.Pattern))
 		}
 	}
+	// A registered consumer's ARN: arn:…:kinesis:<region>:<account>:stream/<name>/consumer/<consumer>:<ts>.
+	out.EnhancedFanOut = strings.Contains(aws.ToString(m.EventSourceArn), "/consumer/")
 	if m.MetricsConfig != nil {
 		for _, g := range m.MetricsConfig.Metrics {
 			out.Metrics = append(out.Metrics, string(g))

@@ -249,7 +249,11 @@ var Checks = []Check{
 				return ""
 			}
 			var missing []string
-			for _, want := range RequiredAlarms {
+			required := RequiredAlarms
+			if fanOut(d) != "" {
+				required = append(slices.Clip(required), FanOutAlarms...)
+			}
+			for _, want := range required {
 				if !slices.ContainsFunc(d.Alarms, func(a Alarm) bool { return a.Namespace+"/"+a.Metric == want }) {
 					missing = append(missing, want)
 				}

@@ -57,6 +57,10 @@ type Mapping struct {
 	// Metrics are the metric groups of the mapping's MetricsConfig ("EventCount" makes Lambda
 	// emit the mapping's own counts, DroppedEventCount among them); none = off.
 	Metrics []string
+	// EnhancedFanOut: the mapping reads through a registered stream consumer (live: its event
+	// source is a consumer ARN; offline: an AWS::Kinesis::StreamConsumer), with read
+	// throughput of its own instead of the shard's shared 2 MB/s.
+	EnhancedFanOut bool
 }
 
 // Schedule is the reconciler's scheduled trigger.
@@ -97,6 +101,12 @@ type Deployment struct {
 	// ReconcilerQueues are the identities (as Mapping.OnFailure) of the queues the reconciler
 	// has an SQS event-source mapping on.
 	ReconcilerQueues []string
+	// VerifyQueueFIFO says whether the queue the reconciler's VERIFY_QUEUE_URL names is FIFO,
+	// offline (the template's FifoQueue); nil = unknown or no fan-out. Live, a URL says it
+	// (.fifo).
+	VerifyQueueFIFO *bool
+	// Ingest is the stream's busiest shard's write rate (live, from CloudWatch; nil = unknown).
+	Ingest *Ingest
 	// Schedule is the reconciler's schedule; nil = none.
 	Schedule *Schedule
 	// LastPass is the newest reconciler watermark move (live; zero = unknown or never).

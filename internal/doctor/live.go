@@ -118,6 +118,25 @@ func Collect(ctx context.Context, l Live) (Deployment, error) {
 	if s := sum.StreamDescriptionSummary; s != nil && s.MaxRecordSizeInKiB != nil {
 		d.MaxRecordSize = int(*s.MaxRecordSizeInKiB) * 1024
 	}
+	// The busiest shard's ingest, where the control plane can measure it (CloudWatch).
+	if meter, ok := l.Control.(IngestMeter); ok {
+		name, shards := l.Stream, 0
+		if s := sum.StreamDescriptionSummary; s != nil {
+			if s.StreamName != nil {
+				name = *s.StreamName
+			}
+			shards = int(aws.ToInt32(s.OpenShardCount))
+		}
+		in, err := meter.ShardIngest(ctx, name, shards, d.Now)
+		switch {
+		case err != nil:
+			d.Notes = append(d.Notes, fmt.Sprintf("read headroom not checked: %v", err))
+		case in == nil:
+			d.Notes = append(d.Notes, "read headroom not checked: no IncomingBytes datapoints for stream "+name+" in the last "+short(IngestWindow)+" (idle, or a stream of another account)")
+		default:
+			d.Ingest = in
+		}
+	}
 
 	ttl, err := l.TTL.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(l.LedgerTable)})
 	switch {

@@ -60,6 +60,9 @@ func FromTemplate(t *Template, source string, retention time.Duration) Deploymen
 		m.ReportBatchItemFailures = slices.Contains(t.List(get(ev, "FunctionResponseTypes")), "ReportBatchItemFailures")
 		m.Filters = filterPatterns(t, get(ev, "FilterCriteria"))
 		m.Metrics = t.List(get(ev, "MetricsConfig", "Metrics"))
+		if id, _, _ := strings.Cut(val(t, get(ev, "Stream")), "."); t.Type(id) == "AWS::Kinesis::StreamConsumer" {
+			m.EnhancedFanOut = true
+		}
 		d.Mapping = m
 		d.ConsumerTimeout = time.Duration(intOr(val(t, t.Prop(consumer, "Timeout")), intOr(scalar(get(t.root, "Globals", "Function", "Timeout")), 3))) * time.Second
 		d.Retention = streamRetention(t, val(t, get(ev, "Stream")))
@@ -93,6 +96,11 @@ func FromTemplate(t *Template, source string, retention time.Duration) Deploymen
 			if q := val(t, get(ev, "Queue")); q != "" {
 				d.ReconcilerQueues = append(d.ReconcilerQueues, q)
 			}
+		}
+		// The fan-out's queue, when VERIFY_QUEUE_URL is !Ref of a queue of the template.
+		if q := env(config.EnvVerifyQueueURL); t.Type(q) == "AWS::SQS::Queue" {
+			fifo := val(t, t.Prop(q, "FifoQueue")) == "true"
+			d.VerifyQueueFIFO = &fifo
 		}
 		for _, ev := range t.Events(reconciler, "Schedule") {
 			enabled := true

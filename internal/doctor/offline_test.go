@@ -124,6 +124,26 @@ func TestEachFindingOffline(t *testing.T) {
 		{name: "reconciler without the SQS event",
 			edit:  edit("            Queue: !GetAtt FailureQueue.Arn", "            Queue: !GetAtt TargetQueue.Arn"),
 			added: []string{"mapping.on-failure-not-consumed"}},
+		// The fan-out: VERIFY_QUEUE_URL names a FIFO queue the reconciler consumes.
+		{name: "reconciler without the Verify event",
+			edit:  edit("            Queue: !GetAtt VerifyQueue.Arn\n", "            Queue: !GetAtt VerifyDeadLetterQueue.Arn\n"),
+			added: []string{"verify.queue-not-consumed"}},
+		{name: "verify queue not FIFO",
+			edit:  edit("      FifoQueue: true\n      ContentBasedDeduplication: false\n", ""),
+			added: []string{"verify.queue-not-fifo"}},
+		{name: "VERIFY_QUEUE_URL names another queue",
+			edit:  edit("          VERIFY_QUEUE_URL: !Ref VerifyQueue\n", "          VERIFY_QUEUE_URL: !Ref TargetQueue\n"),
+			added: []string{"verify.queue-not-consumed", "verify.queue-not-fifo"}},
+		{name: "no alarm on refused verify messages",
+			edit:  edit("      MetricName: VerifyMessageRefused\n", "      MetricName: VerifyMessageRefusedRenamed\n"),
+			added: []string{"alarms.missing"}},
+		// Without the fan-out, neither the Verify event nor its refusal alarm is needed.
+		{name: "no fan-out",
+			edit: func(t *testing.T, s string) string {
+				s = edit("          VERIFY_QUEUE_URL: !Ref VerifyQueue\n", "")(t, s)
+				s = edit("            Queue: !GetAtt VerifyQueue.Arn\n", "            Queue: !GetAtt VerifyDeadLetterQueue.Arn\n")(t, s)
+				return edit("      MetricName: VerifyMessageRefused\n", "      MetricName: VerifyMessageRefusedRenamed\n")(t, s)
+			}},
 		{name: "LATEST", over: map[string]string{"StartingPosition": "LATEST"},
 			added: []string{"mapping.latest"}},
 		{name: "STARTING_POSITION LATEST on the reconciler only",
@@ -266,10 +286,17 @@ func TestKPLAggregation(t *testing.T) {
 	}
 }
 
-// TestEveryCheckHasACase: each check id appears in a case above or in the live tests, so a new
-// check cannot arrive untested.
+// TestEveryCheckHasACase: each check id appears in a case of the package's tests (above, the
+// live tests, the fan-out's), so a new check cannot arrive untested.
 func TestEveryCheckHasACase(t *testing.T) {
-	src := string(readRepoFile(t, "internal/doctor/offline_test.go")) + string(readRepoFile(t, "internal/doctor/live_test.go"))
+	tests, err := filepath.Glob("*_test.go")
+	if err != nil || len(tests) < 3 {
+		t.Fatalf("test files %v: %v", tests, err)
+	}
+	var src string
+	for _, f := range tests {
+		src += string(readRepoFile(t, filepath.Join("internal", "doctor", f)))
+	}
 	ids := map[string]bool{}
 	for _, c := range Checks {
 		if ids[c.ID] {
