@@ -144,6 +144,9 @@ type State struct {
 	// ScopeFrom: with the mapping at LATEST, the time from which the group's records are in
 	// scope (SetScopeFrom); zero when never recorded.
 	ScopeFrom time.Time
+	// VerifiedAsOf: where the shard's verification stood after its last walk by a work-queue
+	// invocation (SetVerifiedAsOf); zero when never recorded.
+	VerifiedAsOf time.Time
 	// Empty: how far past the watermark a reader found no record (SetEmptyThrough); use
 	// EmptyThroughFor.
 	Empty EmptyThrough

@@ -31,6 +31,7 @@ func decode(item map[string]types.AttributeValue) (State, error) {
 	st.CheckpointAt = d.instant(attrCheckpointAt)
 	st.WatermarkAt = d.instant(attrWatermarkAt)
 	st.ScopeFrom = d.instant(attrScopeFrom)
+	st.VerifiedAsOf = d.instant(attrVerifiedAsOf)
 	st.Empty = d.empty()
 	st.Parents = d.list(attrParents)
 	st.Closed = d.bool(attrClosed)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -49,6 +50,10 @@ const (
 	// EnvStartingPosition is the mapping's StartingPosition, given to the reconciler: it decides
 	// which records of a lineage the mapping never checkpointed are in scope.
 	EnvStartingPosition = "STARTING_POSITION"
+	// EnvVerifyQueueURL is the reconciler's work queue (optional, an SQS FIFO queue): when set,
+	// a scheduled pass hands every shard to its own invocation through it instead of walking
+	// the shards itself.
+	EnvVerifyQueueURL = "VERIFY_QUEUE_URL"
 )
 
 // STARTING_POSITION values (the mapping's StartingPosition; template.yaml allows these two).
@@ -182,6 +187,11 @@ type Reconciler struct {
 	// FailureBucket (FAILURE_BUCKET, optional) is the mapping's S3 on-failure destination: the
 	// only bucket whose objects the failure queue's S3 event notifications may name.
 	FailureBucket string
+	// VerifyQueueURL (VERIFY_QUEUE_URL, optional) is the FIFO work queue of the fan-out: the
+	// scheduled pass sends one message per shard (message group = shard id, so one walker per
+	// shard at a time) and the reconciler, as the queue's consumer, walks the shard a message
+	// names. Unset, a scheduled pass walks every shard itself.
+	VerifyQueueURL string
 }
 
 // LoadConsumer reads and validates the consumer's variables through getenv (os.Getenv in main).
@@ -243,6 +253,11 @@ func LoadReconciler(getenv func(string) string, opts ...LoadOption) (Reconciler,
 	r.ParallelizationFactor = p.intIn(EnvParallelizationFactor, 1, 1, MaxParallelizationFactor)
 	if r.FailureBucket = strings.TrimSpace(getenv(EnvFailureBucket)); r.FailureBucket != "" && !validBucket(r.FailureBucket) {
 		p.fail(EnvFailureBucket, r.FailureBucket, "is not an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit)")
+	}
+	if r.VerifyQueueURL = strings.TrimSpace(getenv(EnvVerifyQueueURL)); r.VerifyQueueURL != "" {
+		if u, err := url.Parse(r.VerifyQueueURL); err != nil || u.Host == "" || !strings.HasSuffix(u.Path, ".fifo") || strings.Count(strings.Trim(u.Path, "/"), "/") != 1 {
+			p.fail(EnvVerifyQueueURL, r.VerifyQueueURL, "is not the URL of an SQS FIFO queue (https://sqs.<region>.amazonaws.com/<account>/<name>.fifo): one walker per shard needs its message groups")
+		}
 	}
 	return r, p.err()
 }

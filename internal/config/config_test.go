@@ -221,3 +221,27 @@ func TestLoadReconcilerFailureBucket(t *testing.T) {
 		t.Fatalf("want %s named, got %v", EnvFailureBucket, err)
 	}
 }
+
+func TestLoadReconcilerVerifyQueue(t *testing.T) {
+	for _, tc := range []struct {
+		url string
+		ok  bool
+	}{
+		{"", true},
+		{"https://sqs.eu-west-1.amazonaws.com/123456789012/orders-verify.fifo", true},
+		{"http://127.0.0.1:4566/000000000000/orders-verify.fifo", true},
+		{"https://sqs.eu-west-1.amazonaws.com/123456789012/orders-verify", false}, // standard queue: no message groups
+		{"orders-verify.fifo", false},
+		{"https://sqs.eu-west-1.amazonaws.com/orders-verify.fifo", false},
+	} {
+		m := base()
+		m[EnvVerifyQueueURL] = tc.url
+		r, err := LoadReconciler(env(m))
+		switch {
+		case tc.ok && (err != nil || r.VerifyQueueURL != tc.url):
+			t.Errorf("%q: got %q, %v", tc.url, r.VerifyQueueURL, err)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), EnvVerifyQueueURL)):
+			t.Errorf("%q: want %s named, got %v", tc.url, EnvVerifyQueueURL, err)
+		}
+	}
+}
