@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -163,6 +164,31 @@ func TestAlarmMetricsAreEmitted(t *testing.T) {
 			}
 		case awsMetrics[ns][name] == "":
 			t.Errorf("%s watches %s/%s: not a known AWS metric (add it to awsMetrics with its page)", id, ns, name)
+		}
+	}
+}
+
+// sectionRef is an alarm description's pointer to a section of the runbook.
+var sectionRef = regexp.MustCompile(`docs/deploy\.md, "([^"]+)"`)
+
+// TestAlarmDescriptionsNameRealSections: every section of docs/deploy.md an alarm's description
+// names ("See docs/deploy.md, \"The verify queue\"") is a heading there, and each alarm is in a
+// table of it, so the operator the alarm wakes finds what to do.
+func TestAlarmDescriptionsNameRealSections(t *testing.T) {
+	c := loadTemplate(t)
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, id := range c.resourcesOfType("AWS::CloudWatch::Alarm") {
+		for _, m := range sectionRef.FindAllStringSubmatch(scalar(c.prop(id, "AlarmDescription")), -1) {
+			if !regexp.MustCompile(`(?m)^#+ ` + regexp.QuoteMeta(m[1]) + `\s*$`).MatchString(doc) {
+				t.Errorf("%s points to docs/deploy.md, %q: no such heading", id, m[1])
+			}
+		}
+		if !strings.Contains(doc, "| `"+id+"`") && !strings.Contains(doc, "`"+id+"`, ") && !strings.Contains(doc, ", `"+id+"` |") {
+			t.Errorf("%s is in no table of docs/deploy.md", id)
 		}
 	}
 }
