@@ -323,87 +323,127 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	ctx, cancel := r.budget(ctx)
 	defer cancel()
 	var rep Report
-	shards, err := listShards(ctx, r.kin, r.cfg.Stream, r.cfg.StreamARN)
+	sv, err := r.survey(ctx)
 	if err != nil {
 		return rep, err
 	}
-	states, err := r.cps.List(ctx, r.cfg.Group, r.cfg.Stream)
-	if err != nil {
-		return rep, fmt.Errorf("reconcile: list checkpoints: %w", err)
-	}
-	byShard := make(map[string]checkpoint.State, len(states))
-	for _, s := range states {
-		byShard[s.Shard.ShardID] = s
-	}
-	inStream := make(map[string]bool, len(shards))
-	for _, s := range shards {
-		inStream[s.id] = true
-	}
-	drained := drainedShards(shards, byShard)
-	scope := r.scopeStart(ctx, shards, byShard)
+	sv.scope = r.scopeStart(ctx, sv.shards, sv.byShard)
 	// Parents before children: a child is verified only once each parent still in the stream
 	// is closed and verified to its end, as the mapping drains parents first.
 	done := map[string]bool{}
 	var errs []error
-	order := r.passOrder(shards)
+	order := r.passOrder(sv.shards)
 	stopped := false // the pass has recorded where the next one starts
 	for i, sh := range order {
-		st := byShard[sh.id]
-		st.Shard = r.shard(sh.id)
+		st := r.stateOf(sv, sh.id)
 		ready := ctx.Err() == nil
 		if !ready && !stopped {
 			stopped = true
 			r.setCursor(sh.id) // the first shard this pass did not reach
 		}
-		for _, p := range sh.parents {
-			if inStream[p] && !done[p] {
-				ready = false
-			}
-		}
-		if !ready {
+		if !ready || !sv.parentsDone(sh, done) {
 			rep.add(ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true,
 				UnverifiedSince: r.unverifiedSince(sh.id, st)}, r.now())
 			continue
 		}
-		// A child the mapping gave up on from its start (lineage.go), or the root of a lineage it
-		// never checkpointed (scope.go): verified from where the mapping's responsibility starts.
-		from, walk := r.startOf(sh, &st, done, inStream, byShard, drained[sh.id], scope)
-		if !walk {
-			rep.add(ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Complete: true}, r.now())
-			continue
-		}
-		if len(sh.parents) > 0 && len(st.Parents) == 0 && st.Checkpoint != "" {
-			if err := r.cps.SetLineage(ctx, st.Shard, sh.parents); err != nil {
-				r.log.WarnContext(ctx, "recording lineage failed", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
-			}
-		}
-		sr, stuck, err := r.withinShardBudget(ctx, len(order)-i, func(ctx context.Context) (ShardReport, error) {
-			return r.verifyShard(ctx, sh, st, drained[sh.id], from)
-		})
-		if stuck {
-			sr = ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true, Stuck: true}
-			r.log.ErrorContext(ctx, "verifying a shard did not return within its time budget: a replayed record is stuck "+
-				"(its Process ignores the deadline?); the pass goes on with the other shards and the next pass starts after it",
-				"group", r.cfg.Group, "shard_id", sh.id, "watermark", st.Watermark)
-			if !stopped && i+1 < len(order) {
-				r.setCursor(order[i+1].id)
-			}
-		}
-		switch {
-		case sr.Deferred && sr.OldestUnverified.IsZero():
-			sr.UnverifiedSince = r.unverifiedSince(sh.id, st)
-		case err == nil:
-			r.keepVerifiedAsOf(sh.id, sr.OldestUnverified)
+		sr, stuck, err := r.walk(ctx, sv, sh, st, done, len(order)-i)
+		if stuck && !stopped && i+1 < len(order) {
+			r.setCursor(order[i+1].id)
 		}
 		rep.add(sr, r.now())
 		if err != nil {
-			r.log.ErrorContext(ctx, "verifying shard failed; it is retried next run", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
 			errs = append(errs, err)
 			continue
 		}
 		done[sh.id] = sr.End
 	}
 	return rep, errors.Join(errs...)
+}
+
+// survey is what a pass knows of the stream before it walks a shard: the shards in retention
+// and the stored state of each.
+type survey struct {
+	shards   []shardInfo
+	byShard  map[string]checkpoint.State
+	inStream map[string]bool
+	drained  map[string]bool
+	scope    time.Time // the group's scope start under LATEST (scope.go); zero otherwise
+}
+
+// survey lists the stream's shards and the group's shard items.
+func (r *Reconciler) survey(ctx context.Context) (*survey, error) {
+	shards, err := listShards(ctx, r.kin, r.cfg.Stream, r.cfg.StreamARN)
+	if err != nil {
+		return nil, err
+	}
+	states, err := r.cps.List(ctx, r.cfg.Group, r.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: list checkpoints: %w", err)
+	}
+	sv := &survey{shards: shards, byShard: make(map[string]checkpoint.State, len(states)), inStream: make(map[string]bool, len(shards))}
+	for _, s := range states {
+		sv.byShard[s.Shard.ShardID] = s
+	}
+	for _, s := range shards {
+		sv.inStream[s.id] = true
+	}
+	sv.drained = drainedShards(shards, sv.byShard)
+	return sv, nil
+}
+
+// stateOf is the stored state of a shard of the stream (the zero State, keyed, for one without
+// an item).
+func (r *Reconciler) stateOf(sv *survey, id string) checkpoint.State {
+	st := sv.byShard[id]
+	st.Shard = r.shard(id)
+	return st
+}
+
+// parentsDone reports whether every parent of sh still in the stream is verified to its end.
+func (sv *survey) parentsDone(sh shardInfo, done map[string]bool) bool {
+	for _, p := range sh.parents {
+		if sv.inStream[p] && !done[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// walk verifies one shard whose parents are done, within its share of the pass (left shards
+// remain, this one included: withinShardBudget). A walk that does not return within its budget
+// is abandoned and reported Deferred and Stuck. The error is the walk's (a store or stream
+// error); the report is valid either way.
+func (r *Reconciler) walk(ctx context.Context, sv *survey, sh shardInfo, st checkpoint.State, done map[string]bool, left int) (ShardReport, bool, error) {
+	// A child the mapping gave up on from its start (lineage.go), or the root of a lineage it
+	// never checkpointed (scope.go): verified from where the mapping's responsibility starts.
+	from, walk := r.startOf(sh, &st, done, sv.inStream, sv.byShard, sv.drained[sh.id], sv.scope)
+	if !walk {
+		return ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Complete: true}, false, nil
+	}
+	if len(sh.parents) > 0 && len(st.Parents) == 0 && st.Checkpoint != "" {
+		if err := r.cps.SetLineage(ctx, st.Shard, sh.parents); err != nil {
+			r.log.WarnContext(ctx, "recording lineage failed", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
+		}
+	}
+	sr, stuck, err := r.withinShardBudget(ctx, left, func(ctx context.Context) (ShardReport, error) {
+		return r.verifyShard(ctx, sh, st, sv.drained[sh.id], from)
+	})
+	if stuck {
+		sr = ShardReport{ShardID: sh.id, Parents: sh.parents, Watermark: st.Watermark, Deferred: true, Stuck: true}
+		r.log.ErrorContext(ctx, "verifying a shard did not return within its time budget: a replayed record is stuck "+
+			"(its Process ignores the deadline?); the pass goes on with the other shards and the next pass starts after it",
+			"group", r.cfg.Group, "shard_id", sh.id, "watermark", st.Watermark)
+	}
+	switch {
+	case sr.Deferred && sr.OldestUnverified.IsZero():
+		sr.UnverifiedSince = r.unverifiedSince(sh.id, st)
+	case err == nil:
+		r.keepVerifiedAsOf(sh.id, sr.OldestUnverified)
+	}
+	if err != nil {
+		r.log.ErrorContext(ctx, "verifying shard failed; it is retried next run", "group", r.cfg.Group, "shard_id", sh.id, "error", err)
+	}
+	return sr, stuck, err
 }
 
 // withinShardBudget runs walk with a deadline that is this shard's share of the pass: what is
