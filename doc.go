@@ -72,6 +72,7 @@
 //	CONSUMER_FUNCTION_ARN       reconciler, default any: the mapping's function; failure-queue messages of another are refused
 //	PARALLELIZATION_FACTOR      reconciler, default 1: the mapping's ParallelizationFactor; a failure-queue range replays its batch's lane
 //	FAILURE_BUCKET              reconciler, optional: the mapping's S3 on-failure destination, the only bucket whose objects the failure queue's notifications may name
+//	VERIFY_QUEUE_URL            reconciler, optional: a FIFO queue the function also consumes; a scheduled pass queues each shard's walk there, one invocation per shard
 //	RECORD_FILTER               default none: the mapping's FilterCriteria pattern; records it drops are never processed, and not gaps
 //	ON_PARK                     default continue: hold-key parks every later record of a parked record's key behind it, in order
 //

@@ -68,6 +68,9 @@ func NewReconciler(ctx context.Context, p ProcessFunc, opts ...Option) (*Reconci
 	if cfg.FailureBucket != "" { // the mapping's S3 on-failure destination: its objects' notifications come on the failure queue
 		hopts = append(hopts, reconcile.WithFailureBucket(wire.NewS3(parts.AWS, o.getenv), cfg.FailureBucket))
 	}
+	if cfg.VerifyQueueURL != "" { // fan-out: a scheduled pass queues each shard's walk; this function walks them
+		hopts = append(hopts, reconcile.WithVerifyQueue(sqs.NewFromConfig(parts.AWS), cfg.VerifyQueueURL))
+	}
 	return &Reconciler{h: reconcile.NewHandler(r, parts.Metrics, parts.Logger, hopts...)}, nil
 }
 
@@ -93,8 +96,8 @@ func (o options) newRedriver(cfg config.Reconciler, p ProcessFunc, parts wire.Pa
 	}
 }
 
-// Handle is what StartReconciler registers. An SQS event (the on-failure queue) is answered
-// with an events.SQSEventResponse naming the messages to retry; an operator command
+// Handle is what StartReconciler registers. An SQS event (the on-failure queue, or the verify
+// queue's shard walks) is answered with an events.SQSEventResponse naming the messages to retry; an operator command
 // ({"gapless": {"version": 1, "command": "redrive" or "replay", ...}}, sent by gapless redrive
 // and gapless replay) runs with this Process and configuration and is answered with
 // {"gapless": {...report}}, or refused with an error naming why; any other event (an

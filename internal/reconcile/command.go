@@ -17,6 +17,12 @@ import (
 //	             "redrive": {"maxMessages": 0, "visibilityTimeoutSeconds": 120}}}
 //	{"gapless": {"version": 1, "command": "replay", "group": "orders", "stream": "orders",
 //	             "replay": {"shardId": "shardId-000000000000", "from": "4959...", "to": "4959..."}}}
+//	{"gapless": {"version": 1, "command": "verify", "group": "orders", "stream": "orders",
+//	             "verify": {"shardId": "shardId-000000000000"}}}
+//
+// verify walks one shard now, as one invocation of the fan-out does (RunShard); the same
+// object is the body of every verify-queue message (work.go), where group and stream are
+// required.
 //
 // group and stream are optional; when given they must be the function's own, so a command meant
 // for another deployment is refused instead of run against this one. Unknown members, versions
@@ -32,6 +38,7 @@ const CommandVersion = 1
 const (
 	CommandRedrive = "redrive"
 	CommandReplay  = "replay"
+	CommandVerify  = "verify"
 )
 
 // ErrCommand is wrapped by the error of a refused command event.
@@ -51,6 +58,12 @@ type Command struct {
 	// Exactly the member named by Command is set.
 	Redrive *RedriveCommand `json:"redrive,omitempty"`
 	Replay  *ReplayCommand  `json:"replay,omitempty"`
+	Verify  *VerifyCommand  `json:"verify,omitempty"`
+}
+
+// VerifyCommand names the shard to walk.
+type VerifyCommand struct {
+	ShardID string `json:"shardId"`
 }
 
 // RedriveCommand are the options of a redrive.
@@ -89,6 +102,27 @@ type CommandResult struct {
 	Error   string         `json:"error,omitempty"`
 	Redrive *RedriveResult `json:"redrive,omitempty"`
 	Replay  *ReplayResult  `json:"replay,omitempty"`
+	Verify  *VerifyResult  `json:"verify,omitempty"`
+}
+
+// VerifyResult reports one shard's walk.
+type VerifyResult struct {
+	ShardID string `json:"shardId"`
+	// Waiting: a parent is not verified to its end yet; nothing was walked.
+	Waiting bool `json:"waiting,omitempty"`
+	// Complete: the walk reached the shard's bound; End: the shard is closed and verified to
+	// its last record.
+	Complete          bool     `json:"complete"`
+	End               bool     `json:"end,omitempty"`
+	RecordsVerified   int      `json:"recordsVerified"`
+	GapsDetected      int      `json:"gapsDetected"`
+	GapsReplayed      int      `json:"gapsReplayed"`
+	Parked            int      `json:"parked"`
+	StillFailing      int      `json:"stillFailing"`
+	LostToRetention   int      `json:"lostToRetention"`
+	ExpiredUnverified int      `json:"expiredUnverified"`
+	GetRecordsCalls   int      `json:"getRecordsCalls"`
+	Children          []string `json:"children,omitempty"`
 }
 
 // RedriveResult is a redrive invocation's report.
@@ -175,11 +209,14 @@ func parseCommand(raw json.RawMessage) (Command, error) {
 	if c.Version != CommandVersion {
 		return c, fmt.Errorf("%w: version %d, this function reads version %d", ErrCommand, c.Version, CommandVersion)
 	}
+	members := map[string]bool{CommandRedrive: c.Redrive != nil, CommandReplay: c.Replay != nil, CommandVerify: c.Verify != nil}
+	for name, set := range members {
+		if set && name != c.Command {
+			return c, fmt.Errorf("%w: command %q with a %s member", ErrCommand, c.Command, name)
+		}
+	}
 	switch c.Command {
 	case CommandRedrive:
-		if c.Replay != nil {
-			return c, fmt.Errorf("%w: command redrive with a replay member", ErrCommand)
-		}
 		if c.Redrive == nil {
 			c.Redrive = &RedriveCommand{}
 		}
@@ -188,16 +225,17 @@ func parseCommand(raw json.RawMessage) (Command, error) {
 				ErrCommand, c.Redrive.MaxMessages, c.Redrive.VisibilityTimeoutSeconds)
 		}
 	case CommandReplay:
-		if c.Redrive != nil {
-			return c, fmt.Errorf("%w: command replay with a redrive member", ErrCommand)
-		}
 		if c.Replay == nil || c.Replay.ShardID == "" || c.Replay.From == "" || c.Replay.To == "" {
 			return c, fmt.Errorf("%w: replay needs shardId, from and to", ErrCommand)
 		}
+	case CommandVerify:
+		if c.Verify == nil || c.Verify.ShardID == "" {
+			return c, fmt.Errorf("%w: verify needs shardId", ErrCommand)
+		}
 	case "":
-		return c, fmt.Errorf("%w: no command (want %s or %s)", ErrCommand, CommandRedrive, CommandReplay)
+		return c, fmt.Errorf("%w: no command (want %s, %s or %s)", ErrCommand, CommandRedrive, CommandReplay, CommandVerify)
 	default:
-		return c, fmt.Errorf("%w: unknown command %q (want %s or %s)", ErrCommand, c.Command, CommandRedrive, CommandReplay)
+		return c, fmt.Errorf("%w: unknown command %q (want %s, %s or %s)", ErrCommand, c.Command, CommandRedrive, CommandReplay, CommandVerify)
 	}
 	return c, nil
 }
@@ -233,6 +271,8 @@ func (h *Handler) HandleCommand(ctx context.Context, raw json.RawMessage) (Comma
 		err = h.redriveCommand(rctx, *c.Redrive, &res)
 	case CommandReplay:
 		err = h.replayCommand(rctx, *c.Replay, &res)
+	case CommandVerify:
+		err = h.verifyCommand(rctx, *c.Verify, &res)
 	}
 	if err != nil {
 		var refused errRefused
@@ -245,7 +285,7 @@ func (h *Handler) HandleCommand(ctx context.Context, raw json.RawMessage) (Comma
 	// Done unless the invocation's time ran out first (the caller invokes again).
 	res.Done = rctx.Err() == nil
 	h.log.InfoContext(ctx, "operator command", "group", h.r.cfg.Group, "stream", h.r.cfg.Stream, "command", c.Command,
-		"done", res.Done, "redrive", res.Redrive, "replay", res.Replay, "error", res.Error)
+		"done", res.Done, "redrive", res.Redrive, "replay", res.Replay, "verify", res.Verify, "error", res.Error)
 	return CommandResponse{Gapless: res}, nil
 }
 
@@ -289,4 +329,22 @@ func (h *Handler) replayCommand(ctx context.Context, c ReplayCommand, res *Comma
 		GetRecordsCalls: rep.GetRecordsCalls, Filtered: rep.Filtered}
 	h.emitReport(rep.ShardReport, -1)
 	return err
+}
+
+func (h *Handler) verifyCommand(ctx context.Context, c VerifyCommand, res *CommandResult) error {
+	run, err := h.r.RunShard(ctx, c.ShardID)
+	if errors.Is(err, ErrShardNotInStream) {
+		return errRefused{fmt.Errorf("%w: verify: %v", ErrCommand, err)}
+	}
+	res.Verify = verifyResult(c.ShardID, run)
+	h.emitShardRun(run)
+	return err
+}
+
+func verifyResult(shardID string, run ShardRun) *VerifyResult {
+	s := run.Report
+	return &VerifyResult{ShardID: shardID, Waiting: run.Waiting, Complete: s.Complete, End: s.End,
+		RecordsVerified: s.RecordsVerified, GapsDetected: s.GapsDetected, GapsReplayed: s.GapsReplayed, Parked: s.Parked,
+		StillFailing: s.StillFailing, LostToRetention: s.LostSpans, ExpiredUnverified: s.ExpiredUnverified,
+		GetRecordsCalls: s.GetRecordsCalls, Children: run.Children}
 }

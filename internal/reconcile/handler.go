@@ -43,6 +43,8 @@ type Handler struct {
 
 	objects       objectAPI // WithFailureBucket (s3object.go)
 	failureBucket string
+
+	verify verifyQueue // WithVerifyQueue (work.go)
 }
 
 // releaseAPI is what the handler needs to put an untried on-failure message back on its queue
@@ -106,7 +108,11 @@ type Summary struct {
 	Filtered          int     `json:"filtered,omitempty"` // records the record filter drops (not gaps)
 	VerifiedLagSec    float64 `json:"verifiedLagSeconds"`
 	ShardsDeferred    int     `json:"shardsDeferred"`
-	GetRecordsCalls   int     `json:"getRecordsCalls"`
+	// ShardsQueued: with a verify queue, the shards whose walk this pass queued (each is walked
+	// by an invocation of its own; ShardsDeferred are those waiting for a parent, or whose
+	// message could not be sent).
+	ShardsQueued    int `json:"shardsQueued,omitempty"`
+	GetRecordsCalls int `json:"getRecordsCalls"`
 }
 
 // ErrUnknownEvent is returned by Handle for an event that is neither an SQS event nor a
@@ -150,6 +156,9 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (any, error) 
 
 // HandleSchedule runs one scheduled pass and emits its metrics.
 func (h *Handler) HandleSchedule(ctx context.Context) (Summary, error) {
+	if h.verify.client != nil {
+		return h.coordinate(ctx)
+	}
 	rep, err := h.r.Run(ctx)
 	sum := Summary{
 		RecordsVerified: rep.RecordsVerified, GapsDetected: rep.GapsDetected, GapsReplayed: rep.GapsReplayed,
@@ -186,15 +195,36 @@ func (h *Handler) HandleSchedule(ctx context.Context) (Summary, error) {
 func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSEventResponse {
 	var resp events.SQSEventResponse
 	var total ShardReport
-	refused := 0
+	refused, workRefused := 0, 0
 	deadline, hasDeadline := ctx.Deadline()
 	for i, msg := range ev.Records {
 		fail := func(reason string, args ...any) {
 			h.log.ErrorContext(ctx, reason, append([]any{"message_id", msg.MessageId, "group", h.r.cfg.Group}, args...)...)
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
 		}
+		if h.isVerifyQueue(msg.EventSourceARN) {
+			// A shard's walk (work.go). The event source's BatchSize is 1: a second message of
+			// one batch waits for its own invocation, never released (a release would lose
+			// its message group).
+			if i > 0 {
+				fail("verify message not tried: one walk per invocation (the event source's BatchSize is 1); it will be retried")
+				continue
+			}
+			done, ref := h.handleWork(ctx, msg, &total)
+			if ref {
+				workRefused++
+			}
+			if !done {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
+			}
+			continue
+		}
 		if i > 0 && hasDeadline && time.Until(deadline) < h.minAttempt {
 			for _, rest := range ev.Records[i:] {
+				if h.isVerifyQueue(rest.EventSourceARN) {
+					resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rest.MessageId})
+					continue
+				}
 				if err := h.releaseMessage(ctx, rest); err != nil {
 					h.log.ErrorContext(ctx, "on-failure message not tried and not released: it will be retried (this costs it a receive)",
 						"message_id", rest.MessageId, "group", h.r.cfg.Group, "error", err)
@@ -267,7 +297,11 @@ func (h *Handler) HandleSQS(ctx context.Context, ev events.SQSEvent) events.SQSE
 				"batch_size", b.BatchSize, "gaps_replayed", rep.GapsReplayed, "parked", rep.Parked)
 		}
 	}
-	h.emitReport(total, -1, metrics.Metric{Name: MetricFailureMessageRefused, Value: float64(refused), Unit: metrics.Count})
+	extra := []metrics.Metric{{Name: MetricFailureMessageRefused, Value: float64(refused), Unit: metrics.Count}}
+	if h.verify.client != nil {
+		extra = append(extra, metrics.Metric{Name: MetricVerifyMessageRefused, Value: float64(workRefused), Unit: metrics.Count})
+	}
+	h.emitReport(total, -1, extra...)
 	return resp
 }
 

@@ -51,6 +51,7 @@ type Checkpoints interface {
 	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
 	SetScopeFrom(ctx context.Context, shard recordid.Shard, at time.Time) error
 	SetEmptyThrough(ctx context.Context, shard recordid.Shard, e checkpoint.EmptyThrough) (bool, error)
+	SetVerifiedAsOf(ctx context.Context, shard recordid.Shard, at time.Time) error
 }
 
 var _ Checkpoints = (*checkpoint.Store)(nil)

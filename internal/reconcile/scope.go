@@ -114,12 +114,7 @@ func (r *Reconciler) scopeStart(ctx context.Context, shards []shardInfo, byShard
 	if r.cfg.StartingPosition != StartLatest {
 		return time.Time{}
 	}
-	var scope time.Time
-	for _, st := range byShard {
-		if !st.ScopeFrom.IsZero() && (scope.IsZero() || st.ScopeFrom.Before(scope)) {
-			scope = st.ScopeFrom
-		}
-	}
+	scope := earliestScopeFrom(byShard)
 	durable := !scope.IsZero()
 	if scope.IsZero() {
 		scope = r.now()
@@ -149,6 +144,17 @@ func (r *Reconciler) scopeStart(ctx context.Context, shards []shardInfo, byShard
 	}
 	if !durable {
 		return time.Time{}
+	}
+	return scope
+}
+
+// earliestScopeFrom is the earliest ScopeFrom recorded on the group's items (zero: none).
+func earliestScopeFrom(byShard map[string]checkpoint.State) time.Time {
+	var scope time.Time
+	for _, st := range byShard {
+		if !st.ScopeFrom.IsZero() && (scope.IsZero() || st.ScopeFrom.Before(scope)) {
+			scope = st.ScopeFrom
+		}
 	}
 	return scope
 }

@@ -17,3 +17,11 @@ func (c *memCheckpoints) SetScopeFrom(_ context.Context, shard recordid.Shard, a
 	}
 	return nil
 }
+
+// SetVerifiedAsOf records at (a plain set, as the store's). TEST-ONLY.
+func (c *memCheckpoints) SetVerifiedAsOf(_ context.Context, shard recordid.Shard, at time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.get(shard).VerifiedAsOf = at
+	return nil
+}
