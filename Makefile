@@ -90,6 +90,12 @@ bench-go:
 bench-reconcile:
 	$(GO) test -run '^$$' -bench BenchmarkVerifyTail -benchtime 1x -timeout 30m ./internal/reconcile/
 
+## scale: the reconciler's fan-out over 1,000 shards written at 1 MB/s each, in virtual time:
+## the group's verified lag at each of four scheduled passes (about a minute; docs/reconciler.md)
+.PHONY: scale
+scale:
+	$(GO) test -count=1 -run '^TestFanOutKeepsUpAtScale$$' -v ./internal/reconcile/
+
 ## demo: the seed's load test with every fault on: the mapping alone, checkpoint decides (the
 ## seed report's consumer) and gapless, side by side (report in reports/demo-<timestamp>/).
 ## Flags: make demo DEMO_FLAGS="--seed 7 --json"; soak: make demo DEMO_FLAGS="--duration 10m".

@@ -168,6 +168,8 @@ type memCheckpoints struct {
 	// lossErr, when set, fails CountLoss.
 	lossErr error
 	spans   map[string]bool // spans counted, by shard and the watermark they follow
+	lists   int             // List calls
+	gets    []string        // Get calls, by shard id
 }
 
 var _ Checkpoints = (*memCheckpoints)(nil)
@@ -205,6 +207,7 @@ func (c *memCheckpoints) state(shardID string) checkpoint.State {
 func (c *memCheckpoints) List(_ context.Context, group, stream string) ([]checkpoint.State, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lists++
 	var out []checkpoint.State
 	for _, st := range c.states {
 		if st.Shard.Group == group && st.Shard.Stream == stream {

@@ -142,19 +142,9 @@ type ShardRun struct {
 func (r *Reconciler) RunShard(ctx context.Context, shardID string) (ShardRun, error) {
 	ctx, cancel := r.budget(ctx)
 	defer cancel()
-	sv, err := r.survey(ctx)
+	sv, sh, err := r.surveyShard(ctx, shardID)
 	if err != nil {
 		return ShardRun{}, err
-	}
-	var sh shardInfo
-	found := false
-	for _, s := range sv.shards {
-		if s.id == shardID {
-			sh, found = s, true
-		}
-	}
-	if !found {
-		return ShardRun{}, fmt.Errorf("%w: %s of %s", ErrShardNotInStream, shardID, r.cfg.Stream)
 	}
 	st := r.stateOf(sv, sh.id)
 	done := sv.closedShards()
@@ -187,6 +177,56 @@ func (r *Reconciler) RunShard(ctx context.Context, shardID string) (ShardRun, er
 		}
 	}
 	return run, err
+}
+
+// surveyShard is the survey one shard's walk needs: the stream's shards, and the items of the
+// shard, its parents and its descendants (whether it is drained depends on theirs), each read
+// with GetItem: a walk reads a few items, not the group's every one (a Query of all N items
+// per walk would make a pass over N shards read N² items).
+func (r *Reconciler) surveyShard(ctx context.Context, shardID string) (*survey, shardInfo, error) {
+	shards, err := listShards(ctx, r.kin, r.cfg.Stream, r.cfg.StreamARN)
+	if err != nil {
+		return nil, shardInfo{}, err
+	}
+	sv := &survey{shards: shards, byShard: map[string]checkpoint.State{}, inStream: make(map[string]bool, len(shards))}
+	children := map[string][]string{}
+	var sh shardInfo
+	for _, s := range shards {
+		sv.inStream[s.id] = true
+		if s.id == shardID {
+			sh = s
+		}
+		for _, p := range s.parents {
+			children[p] = append(children[p], s.id)
+		}
+	}
+	if !sv.inStream[shardID] {
+		return nil, shardInfo{}, fmt.Errorf("%w: %s of %s", ErrShardNotInStream, shardID, r.cfg.Stream)
+	}
+	need := append([]string{shardID}, sh.parents...)
+	seen := map[string]bool{shardID: true}
+	for queue := children[shardID]; len(queue) > 0; queue = queue[1:] { // descendants, breadth first
+		if c := queue[0]; !seen[c] {
+			seen[c] = true
+			need = append(need, c)
+			queue = append(queue, children[c]...)
+		}
+	}
+	for _, id := range need {
+		if _, ok := sv.byShard[id]; ok {
+			continue
+		}
+		st, err := r.cps.Get(ctx, r.shard(id))
+		switch {
+		case errors.Is(err, checkpoint.ErrNotFound):
+			continue
+		case err != nil:
+			return nil, shardInfo{}, fmt.Errorf("reconcile: read the item of %s: %w", id, err)
+		}
+		sv.byShard[id] = st
+	}
+	sv.drained = drainedShards(shards, sv.byShard)
+	return sv, sh, nil
 }
 
 // storedScope is the group's scope start under LATEST as recorded on the items; zero when not

@@ -348,3 +348,48 @@ func TestCoordinatorSendFailure(t *testing.T) {
 		t.Errorf("%d shard lag lines, want 2", n)
 	}
 }
+
+// A walk reads the items it needs by key — its shard's, its parents', its descendants' — never
+// the group's every item: a pass over N shards would otherwise read N² items.
+func TestWalkReadsOnlyItsLineagesItems(t *testing.T) {
+	now := time.Now()
+	parent := (&memShard{id: "shardId-0", ending: fakeSeq(999)}).addRecords(0, 2, now, key3)
+	child := (&memShard{id: "shardId-1", parents: []string{"shardId-0"}}).addRecords(100, 2, now, key3)
+	grandchild := (&memShard{id: "shardId-2", parents: []string{"shardId-1"}})
+	others := []*memShard{parent, child, grandchild}
+	for i := 3; i < 20; i++ {
+		others = append(others, &memShard{id: fmt.Sprintf("shardId-%d", i)})
+	}
+	u := newUnit(t, newMemKinesis(others...), Config{})
+	for _, s := range others {
+		u.cps.set(ushard(s.id), fakeSeq(1), "")
+	}
+	if _, err := u.r.RunShard(context.Background(), child.id); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(u.cps.gets)
+	if u.cps.lists != 0 || !slices.Equal(u.cps.gets, []string{parent.id, child.id, grandchild.id}) {
+		t.Errorf("List %d times, Get %v: want the shard's, its parent's and its child's items only", u.cps.lists, u.cps.gets)
+	}
+}
+
+// A child's message that comes before its parent is verified to its end walks nothing and is
+// done: the parent's walk queues the child when it reaches the end (or a later pass does).
+func TestWalkOfAChildWaitsForItsParent(t *testing.T) {
+	now := time.Now()
+	parent := (&memShard{id: "shardId-0", ending: fakeSeq(999)}).addRecords(0, 4, now, key3)
+	child := (&memShard{id: "shardId-1", parents: []string{"shardId-0"}}).addRecords(100, 2, now, key3)
+	u := newUnit(t, newMemKinesis(parent, child), Config{})
+	u.cps.set(ushard(parent.id), fakeSeq(3), "")
+	u.cps.set(ushard(child.id), fakeSeq(101), "")
+	q := &workQueue{}
+	h := fanOutHandler(u, q, &bytes.Buffer{})
+	msg := events.SQSMessage{MessageId: "early", EventSource: "aws:sqs", EventSourceARN: verifyARN, Attributes: map[string]string{"MessageGroupId": child.id},
+		Body: fmt.Sprintf(`{"gapless":{"version":1,"command":"verify","group":%q,"stream":%q,"verify":{"shardId":%q}}}`, ugroup, ustream, child.id)}
+	if resp := h.HandleSQS(context.Background(), events.SQSEvent{Records: []events.SQSMessage{msg}}); len(resp.BatchItemFailures) != 0 {
+		t.Errorf("response %+v", resp)
+	}
+	if n := u.kin.count("GetRecords"); n != 0 || len(q.msgs) != 0 || len(u.rec.counts()) != 0 {
+		t.Errorf("a waiting child was walked: %d pages, %d messages queued, %d records replayed", n, len(q.msgs), len(u.rec.counts()))
+	}
+}

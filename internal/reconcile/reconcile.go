@@ -44,6 +44,7 @@ const Source = pipeline.SourceReconciler
 // Checkpoints is what the reconciler needs from the checkpoint mirror (*checkpoint.Store).
 type Checkpoints interface {
 	List(ctx context.Context, group, stream string) ([]checkpoint.State, error)
+	Get(ctx context.Context, shard recordid.Shard) (checkpoint.State, error)
 	AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (checkpoint.Result, error)
 	CountLoss(ctx context.Context, shard recordid.Shard, l checkpoint.Loss) (checkpoint.Result, error)
 	AddCounters(ctx context.Context, shard recordid.Shard, c checkpoint.Counters) error

@@ -1,7 +1,10 @@
 package reconcile
 
 import (
+	"fmt"
+
 	"context"
+	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -24,4 +27,16 @@ func (c *memCheckpoints) SetVerifiedAsOf(_ context.Context, shard recordid.Shard
 	defer c.mu.Unlock()
 	c.get(shard).VerifiedAsOf = at
 	return nil
+}
+
+// Get returns the shard's state, or an error wrapping checkpoint.ErrNotFound. TEST-ONLY.
+func (c *memCheckpoints) Get(_ context.Context, shard recordid.Shard) (checkpoint.State, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gets = append(c.gets, shard.ShardID)
+	st, ok := c.states[shard.ShardID]
+	if !ok || st.Shard.Group != shard.Group || st.Shard.Stream != shard.Stream {
+		return checkpoint.State{}, fmt.Errorf("get %s: %w", shard, checkpoint.ErrNotFound)
+	}
+	return *st, nil
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package reconcile
+
+const raceDetector = false
