@@ -2,12 +2,7 @@ package checkpoint
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
@@ -21,21 +16,5 @@ const attrScopeFrom = "scopeFrom"
 // stream starts, unless the item already holds one (if_not_exists: the first write wins and the
 // value never moves, so repeating it is harmless). It creates the item when there is none.
 func (s *Store) SetScopeFrom(ctx context.Context, shard recordid.Shard, at time.Time) error {
-	if err := shard.Validate(); err != nil {
-		return fmt.Errorf("checkpoint: set scope %s: %w", shard, err)
-	}
-	if at.IsZero() {
-		return fmt.Errorf("checkpoint: set scope %s: zero time", shard)
-	}
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(shard),
-		UpdateExpression:          aws.String("SET #scope = if_not_exists(#scope, :at)"),
-		ExpressionAttributeNames:  map[string]string{"#scope": attrScopeFrom},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":at": &types.AttributeValueMemberS{Value: at.UTC().Format(time.RFC3339Nano)}},
-	})
-	if err != nil {
-		return fmt.Errorf("checkpoint: set scope %s: %w", shard, err)
-	}
-	return nil
+	return s.setTime(ctx, "set scope", shard, "SET #t = if_not_exists(#t, :at)", attrScopeFrom, at)
 }

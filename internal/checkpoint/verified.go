@@ -24,21 +24,27 @@ const attrVerifiedAsOf = "verifiedAsOf"
 // message groups); a stale write from an abandoned walk can only make the lag look larger
 // until the next walk. It creates the item when there is none.
 func (s *Store) SetVerifiedAsOf(ctx context.Context, shard recordid.Shard, at time.Time) error {
+	return s.setTime(ctx, "set verified-as-of", shard, "SET #t = :at", attrVerifiedAsOf, at)
+}
+
+// setTime writes at (RFC 3339) to the attribute attr of the shard's item with the update
+// expression expr (#t names attr, :at the value), creating the item when there is none.
+func (s *Store) setTime(ctx context.Context, op string, shard recordid.Shard, expr, attr string, at time.Time) error {
 	if err := shard.Validate(); err != nil {
-		return fmt.Errorf("checkpoint: set verified-as-of %s: %w", shard, err)
+		return fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
 	}
 	if at.IsZero() {
-		return fmt.Errorf("checkpoint: set verified-as-of %s: zero time", shard)
+		return fmt.Errorf("checkpoint: %s %s: zero time", op, shard)
 	}
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),
 		Key:                       key(shard),
-		UpdateExpression:          aws.String("SET #v = :at"),
-		ExpressionAttributeNames:  map[string]string{"#v": attrVerifiedAsOf},
+		UpdateExpression:          aws.String(expr),
+		ExpressionAttributeNames:  map[string]string{"#t": attr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":at": &types.AttributeValueMemberS{Value: at.UTC().Format(time.RFC3339Nano)}},
 	})
 	if err != nil {
-		return fmt.Errorf("checkpoint: set verified-as-of %s: %w", shard, err)
+		return fmt.Errorf("checkpoint: %s %s: %w", op, shard, err)
 	}
 	return nil
 }

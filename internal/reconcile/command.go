@@ -112,17 +112,10 @@ type VerifyResult struct {
 	Waiting bool `json:"waiting,omitempty"`
 	// Complete: the walk reached the shard's bound; End: the shard is closed and verified to
 	// its last record.
-	Complete          bool     `json:"complete"`
-	End               bool     `json:"end,omitempty"`
-	RecordsVerified   int      `json:"recordsVerified"`
-	GapsDetected      int      `json:"gapsDetected"`
-	GapsReplayed      int      `json:"gapsReplayed"`
-	Parked            int      `json:"parked"`
-	StillFailing      int      `json:"stillFailing"`
-	LostToRetention   int      `json:"lostToRetention"`
-	ExpiredUnverified int      `json:"expiredUnverified"`
-	GetRecordsCalls   int      `json:"getRecordsCalls"`
-	Children          []string `json:"children,omitempty"`
+	Complete bool     `json:"complete"`
+	End      bool     `json:"end,omitempty"`
+	Children []string `json:"children,omitempty"`
+	WalkCounts
 }
 
 // RedriveResult is a redrive invocation's report.
@@ -156,18 +149,31 @@ type CommandEventLine struct {
 
 // ReplayResult is a replay invocation's report.
 type ReplayResult struct {
-	ShardID         string `json:"shardId"`
-	From            string `json:"from"`
-	To              string `json:"to"`
-	Accounted       bool   `json:"accounted"`
-	RecordsVerified int    `json:"recordsVerified"`
-	GapsDetected    int    `json:"gapsDetected"`
-	GapsReplayed    int    `json:"gapsReplayed"`
-	Parked          int    `json:"parked"`
-	StillFailing    int    `json:"stillFailing"`
-	LostToRetention int    `json:"lostToRetention"`
-	GetRecordsCalls int    `json:"getRecordsCalls"`
-	Filtered        int    `json:"filtered,omitempty"`
+	ShardID   string `json:"shardId"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Accounted bool   `json:"accounted"`
+	WalkCounts
+}
+
+// WalkCounts are what a replay or a shard's walk did, as the answers of replay and verify
+// carry them.
+type WalkCounts struct {
+	RecordsVerified   int `json:"recordsVerified"`
+	GapsDetected      int `json:"gapsDetected"`
+	GapsReplayed      int `json:"gapsReplayed"`
+	Parked            int `json:"parked"`
+	StillFailing      int `json:"stillFailing"`
+	LostToRetention   int `json:"lostToRetention"`
+	ExpiredUnverified int `json:"expiredUnverified,omitempty"`
+	GetRecordsCalls   int `json:"getRecordsCalls"`
+	Filtered          int `json:"filtered,omitempty"`
+}
+
+func walkCounts(s ShardReport) WalkCounts {
+	return WalkCounts{RecordsVerified: s.RecordsVerified, GapsDetected: s.GapsDetected, GapsReplayed: s.GapsReplayed,
+		Parked: s.Parked, StillFailing: s.StillFailing, LostToRetention: s.LostSpans, ExpiredUnverified: s.ExpiredUnverified,
+		GetRecordsCalls: s.GetRecordsCalls, Filtered: s.Filtered}
 }
 
 // MaxCommandEvents bounds the events one answer lists (a Lambda response is at most 6 MB).
@@ -323,10 +329,7 @@ func (h *Handler) redriveCommand(ctx context.Context, c RedriveCommand, res *Com
 
 func (h *Handler) replayCommand(ctx context.Context, c ReplayCommand, res *CommandResult) error {
 	rep, err := h.r.ReplayRange(ctx, c.ShardID, c.From, c.To)
-	res.Replay = &ReplayResult{ShardID: c.ShardID, From: c.From, To: c.To, Accounted: rep.Accounted,
-		RecordsVerified: rep.RecordsVerified, GapsDetected: rep.GapsDetected, GapsReplayed: rep.GapsReplayed,
-		Parked: rep.Parked, StillFailing: rep.StillFailing, LostToRetention: rep.LostSpans,
-		GetRecordsCalls: rep.GetRecordsCalls, Filtered: rep.Filtered}
+	res.Replay = &ReplayResult{ShardID: c.ShardID, From: c.From, To: c.To, Accounted: rep.Accounted, WalkCounts: walkCounts(rep.ShardReport)}
 	h.emitReport(rep.ShardReport, -1)
 	return err
 }
@@ -342,9 +345,6 @@ func (h *Handler) verifyCommand(ctx context.Context, c VerifyCommand, res *Comma
 }
 
 func verifyResult(shardID string, run ShardRun) *VerifyResult {
-	s := run.Report
-	return &VerifyResult{ShardID: shardID, Waiting: run.Waiting, Complete: s.Complete, End: s.End,
-		RecordsVerified: s.RecordsVerified, GapsDetected: s.GapsDetected, GapsReplayed: s.GapsReplayed, Parked: s.Parked,
-		StillFailing: s.StillFailing, LostToRetention: s.LostSpans, ExpiredUnverified: s.ExpiredUnverified,
-		GetRecordsCalls: s.GetRecordsCalls, Children: run.Children}
+	return &VerifyResult{ShardID: shardID, Waiting: run.Waiting, Complete: run.Report.Complete, End: run.Report.End,
+		Children: run.Children, WalkCounts: walkCounts(run.Report)}
 }
