@@ -17,6 +17,7 @@ import (
 	"errors"
 	"sync"
 
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
@@ -90,12 +91,22 @@ func (m *Meter) Options() func(*dynamodb.Options) {
 	}
 }
 
+// APIOption is the meter's middleware for an aws.Config's APIOptions, so every client built
+// from the config (one a library builds itself included) is metered; the calls of other
+// services through the same config are not counted.
+func (m *Meter) APIOption(stack *middleware.Stack) error {
+	return m.addMiddleware(stack)
+}
+
 func (m *Meter) addMiddleware(stack *middleware.Stack) error {
 	// Initialize runs once per logical call, before the retry loop, and sees the typed input
 	// and output.
 	if err := stack.Initialize.Add(middleware.InitializeMiddlewareFunc("ddbmeter.Call",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			out, md, err := next.HandleInitialize(ctx, in)
+			if awsmiddleware.GetServiceID(ctx) != dynamodb.ServiceID {
+				return out, md, err
+			}
 			m.record(middleware.GetOperationName(ctx), in.Parameters, out.Result, err)
 			return out, md, err
 		}), middleware.After); err != nil {
@@ -104,6 +115,9 @@ func (m *Meter) addMiddleware(stack *middleware.Stack) error {
 	// Finalize after the SDK's retry middleware runs once per HTTP attempt.
 	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("ddbmeter.Attempt",
 		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			if awsmiddleware.GetServiceID(ctx) != dynamodb.ServiceID {
+				return next.HandleFinalize(ctx, in)
+			}
 			m.mu.Lock()
 			m.stats(middleware.GetOperationName(ctx)).Attempts++
 			m.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/gapless-dev/gapless/internal/local/ddbmeter"
 	"github.com/gapless-dev/gapless/internal/local/localstack"
@@ -161,5 +162,29 @@ func TestMeterConcurrent(t *testing.T) {
 	}
 	if s := m.Snapshot().Ops["PutItem"]; s.Calls != workers*each || s.ItemsWritten != workers*each {
 		t.Fatalf("stats %+v, want %d calls", s, workers*each)
+	}
+}
+
+// TestAPIOptionMetersOnlyDynamoDB puts the meter on a whole aws.Config: the DynamoDB client
+// built from it is metered, an SQS client built from the same config is not.
+func TestAPIOptionMetersOnlyDynamoDB(t *testing.T) {
+	ctx := context.Background()
+	m := ddbmeter.New()
+	cfg := stacktest.Config(t).Copy()
+	cfg.APIOptions = append(cfg.APIOptions, m.APIOption)
+	if _, err := dynamodb.NewFromConfig(cfg).ListTables(ctx, &dynamodb.ListTablesInput{Limit: aws.Int32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	// No SQS endpoint is needed: the call passes the middleware before it fails to connect.
+	_, _ = sqs.NewFromConfig(cfg, func(o *sqs.Options) {
+		o.BaseEndpoint = aws.String("http://127.0.0.1:1")
+		o.RetryMaxAttempts = 1
+	}).ListQueues(ctx, &sqs.ListQueuesInput{})
+	s := m.Snapshot()
+	if s.Total.Calls != 1 || s.Total.Attempts != 1 || s.Ops["ListTables"].Calls != 1 {
+		t.Errorf("snapshot %+v, want exactly the one ListTables call and attempt", s)
+	}
+	if _, ok := s.Ops["ListQueues"]; ok {
+		t.Errorf("the SQS call was metered: %+v", s.Ops["ListQueues"])
 	}
 }
