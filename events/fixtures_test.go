@@ -301,7 +301,7 @@ func TestEnv(t *testing.T) {
 	wantVars := map[string][]string{
 		"ConsumerFunction": append(slices.Clone(common), config.EnvDeadlineMargin),
 		"ReconcilerFunction": append(slices.Clone(common), config.EnvSettleAfter, config.EnvFailureBucket, config.EnvStartingPosition,
-			config.EnvConsumerFunction, config.EnvParallelizationFactor, config.EnvMaxRecordAge),
+			config.EnvConsumerFunction, config.EnvParallelizationFactor, config.EnvMaxRecordAge, config.EnvVerifyQueueURL),
 	}
 	for fn, want := range wantVars {
 		got := slices.Sorted(maps.Keys(env[fn]))
