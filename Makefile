@@ -90,6 +90,13 @@ bench-go:
 bench-reconcile:
 	$(GO) test -run '^$$' -bench BenchmarkVerifyTail -benchtime 1x -timeout 30m ./internal/reconcile/
 
+## bench-fanout: one fan-out pass of the real reconciler function (coordinator, then one walk per
+## shard through the local SQS event source) over 1, 2, 4, 8 and 16 shards: stream-wide MB/s,
+## GB-s and DynamoDB units per million records (local stack, about 15 minutes; docs/benchmarks.md)
+.PHONY: bench-fanout
+bench-fanout:
+	$(GO) test -run '^$$' -bench BenchmarkFanOut -benchtime 1x -timeout 60m ./internal/local/bench/
+
 ## scale: the reconciler's fan-out over 1,000 shards written at 1 MB/s each, in virtual time:
 ## the group's verified lag at each of four scheduled passes (about a minute; docs/reconciler.md)
 .PHONY: scale

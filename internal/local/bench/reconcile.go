@@ -93,8 +93,12 @@ func Reconcile(ctx context.Context, c Clients, t Tables, nonce string, n, batch 
 	if err != nil {
 		return res, err
 	}
-	shardID, err := consume(ctx, kin, stream, arn, batch, n, gapless, &res)
-	if err != nil {
+	shards, err := kin.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
+	if err != nil || len(shards.Shards) != 1 {
+		return res, fmt.Errorf("bench: list shards of %s: %v (%d shards)", stream, err, len(shards.Shards))
+	}
+	shardID := aws.ToString(shards.Shards[0].ShardId)
+	if err := consume(ctx, kin, stream, arn, shardID, batch, n, gapless, &res); err != nil {
 		return res, err
 	}
 
@@ -145,18 +149,13 @@ func Reconcile(ctx context.Context, c Clients, t Tables, nonce string, n, batch 
 	return res, nil
 }
 
-// consume reads the stream's only shard from its start and hands it to s in batches.
-func consume(ctx context.Context, kin *kinesis.Client, stream, arn string, batch, n int, s *Subject, res *ReconcileResult) (string, error) {
-	shards, err := kin.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
-	if err != nil || len(shards.Shards) != 1 {
-		return "", fmt.Errorf("bench: list shards of %s: %v (%d shards)", stream, err, len(shards.Shards))
-	}
-	shardID := aws.ToString(shards.Shards[0].ShardId)
+// consume reads the first n records of shardID from its start and hands them to s in batches.
+func consume(ctx context.Context, kin *kinesis.Client, stream, arn, shardID string, batch, n int, s *Subject, res *ReconcileResult) error {
 	it, err := kin.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{
 		StreamName: aws.String(stream), ShardId: aws.String(shardID), ShardIteratorType: kintypes.ShardIteratorTypeTrimHorizon,
 	})
 	if err != nil {
-		return "", fmt.Errorf("bench: shard iterator: %w", err)
+		return fmt.Errorf("bench: shard iterator: %w", err)
 	}
 	iter := it.ShardIterator
 	var pending []kintypes.Record
@@ -189,11 +188,11 @@ func consume(ctx context.Context, kin *kinesis.Client, stream, arn string, batch
 	read, empty := 0, 0
 	for read < n {
 		if empty > 100 {
-			return "", fmt.Errorf("bench: read %d of %d records of %s: the stream returns nothing more", read, n, shardID)
+			return fmt.Errorf("bench: read %d of %d records of %s: the stream returns nothing more", read, n, shardID)
 		}
 		out, err := kin.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(10000)})
 		if err != nil {
-			return "", fmt.Errorf("bench: read %s: %w", shardID, err)
+			return fmt.Errorf("bench: read %s: %w", shardID, err)
 		}
 		for _, r := range out.Records {
 			if read == n {
@@ -203,7 +202,7 @@ func consume(ctx context.Context, kin *kinesis.Client, stream, arn string, batch
 			read++
 			if len(pending) == batch {
 				if err := flush(); err != nil {
-					return "", err
+					return err
 				}
 			}
 		}
@@ -215,8 +214,8 @@ func consume(ctx context.Context, kin *kinesis.Client, stream, arn string, batch
 	}
 	if len(pending) > 0 {
 		if err := flush(); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return shardID, nil
+	return nil
 }
