@@ -71,7 +71,7 @@ func TestWorkload(t *testing.T) {
 	}
 }
 
-func setup(t *testing.T) (Clients, Tables) {
+func setup(t testing.TB) (Clients, Tables) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,12 +20,15 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/gapless-dev/gapless"
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/local/ddbmeter"
 	"github.com/gapless-dev/gapless/internal/local/sqsesm"
+	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/reconcile"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -38,39 +42,53 @@ const (
 	// lambdaGBSecondUSD is Lambda's x86 price per GB-second in us-east-1 (first pricing tier):
 	// https://aws.amazon.com/lambda/pricing/
 	lambdaGBSecondUSD = 0.0000166667
+	// verifyVisibilitySeconds is the VerifyQueue's VisibilityTimeout.
+	verifyVisibilitySeconds = 1800
 )
 
 // FanOutResult is one fan-out pass over a stream whose records were all consumed: the
 // coordinator's invocation, then every shard's walk as its own invocation of the reconciler,
 // run by the local SQS event source at MaximumConcurrency = shards.
 type FanOutResult struct {
-	Shards        int     `json:"shards"`
-	RecordsPer    int     `json:"records_per_shard"`
-	RecordBytes   int     `json:"record_bytes"`
-	ShardsQueued  int     `json:"shards_queued"` // by the coordinator
-	ShardsDone    int     `json:"shards_done"`   // watermark at the checkpoint
-	Walks         int64   `json:"walks"`         // invocations of the verify queue's event source
-	FailedWalks   int64   `json:"failed_walks"`  // walks that answered with their message failed
-	Seconds       float64 `json:"seconds"`       // from the coordinator's invocation to the last shard done
-	MBPerSecond   float64 `json:"mb_per_second"` // stream-wide: bytes verified / Seconds
-	WalkSeconds   float64 `json:"walk_seconds"`  // summed over walks: the billed duration
-	GBSeconds     float64 `json:"gb_seconds"`    // WalkSeconds × the function's 0.5 GB
-	GetRecords    int     `json:"get_records"`
-	KinesisCalls  int     `json:"kinesis_calls"`
-	DDBCalls      int64   `json:"ddb_calls"`
-	ReadUnits     float64 `json:"read_units"`
-	WriteUnits    float64 `json:"write_units"`
-	PerMillionUSD float64 `json:"lambda_usd_per_million_records"`
+	Shards             int     `json:"shards"`
+	RecordsPer         int     `json:"records_per_shard"`
+	RecordBytes        int     `json:"record_bytes"`
+	WalkBytesPerSecond int64   `json:"walk_bytes_per_second"` // 0: the deployed 1 MiB/s
+	ShardsQueued       int     `json:"shards_queued"`         // by the coordinator
+	ShardsDone         int     `json:"shards_done"`           // watermark at the checkpoint
+	Walks              int64   `json:"walks"`                 // invocations of the verify queue's event source
+	FailedWalks        int64   `json:"failed_walks"`          // walks that answered with their message failed
+	Seconds            float64 `json:"seconds"`               // from the coordinator's invocation to the last shard done
+	MBPerSecond        float64 `json:"mb_per_second"`         // stream-wide: bytes verified / Seconds
+	WalkSeconds        float64 `json:"walk_seconds"`          // summed over walks: the billed duration
+	GBSeconds          float64 `json:"gb_seconds"`            // WalkSeconds × the function's 0.5 GB
+	GetRecords         int     `json:"get_records"`
+	KinesisCalls       int     `json:"kinesis_calls"`
+	DDBCalls           int64   `json:"ddb_calls"`
+	ReadUnits          float64 `json:"read_units"`
+	WriteUnits         float64 `json:"write_units"`
+	PerMillionUSD      float64 `json:"lambda_usd_per_million_records"`
 }
 
-// FanOut writes perShard records of recordBytes to each of a fresh stream's shards, consumes
-// them all through the gapless handler, then times one scheduled pass of the real reconciler
-// function (gapless.NewReconciler, VERIFY_QUEUE_URL set) until every shard's watermark reaches
-// its checkpoint: the coordinator's invocation queues each shard's walk on a FIFO verify queue
-// and the local SQS event source invokes the reconciler with them, one shard per invocation,
-// as many at once as there are shards.
-func FanOut(ctx context.Context, c Clients, t Tables, nonce string, shards, perShard, recordBytes int) (FanOutResult, error) {
-	res := FanOutResult{Shards: shards, RecordsPer: perShard, RecordBytes: recordBytes}
+// FanOutSpec is the stream a fan-out pass verifies and how fast each walk reads.
+type FanOutSpec struct {
+	Shards, PerShard, RecordBytes int
+	// WalkBytesPerSecond paces each walk; 0 is the deployed function's 1 MiB/s in pages of up
+	// to 10,000 records, run through gapless.NewReconciler itself. The local Kinesis emulator
+	// serves about 1.2 MB/s in all on two cores, so scaling past one shard is measured at a
+	// per-walk rate it can serve to every shard at once.
+	WalkBytesPerSecond int64
+}
+
+// FanOut writes spec.PerShard records of spec.RecordBytes to each of a fresh stream's shards,
+// consumes them all through the gapless handler, then times one scheduled pass of the
+// reconciler function (VERIFY_QUEUE_URL set) until every shard's watermark reaches its
+// checkpoint: the coordinator's invocation queues each shard's walk on a FIFO verify queue and
+// the local SQS event source invokes the reconciler with them, one shard per invocation, as
+// many at once as there are shards.
+func FanOut(ctx context.Context, c Clients, t Tables, nonce string, spec FanOutSpec) (FanOutResult, error) {
+	shards, perShard, recordBytes := spec.Shards, spec.PerShard, spec.RecordBytes
+	res := FanOutResult{Shards: shards, RecordsPer: perShard, RecordBytes: recordBytes, WalkBytesPerSecond: spec.WalkBytesPerSecond}
 	kin := kinesis.NewFromConfig(c.Config)
 	stream := "bench-fanout-" + nonce
 	arn, err := schema.EnsureStream(ctx, kin, stream, int32(shards))
@@ -97,24 +115,21 @@ func FanOut(ctx context.Context, c Clients, t Tables, nonce string, shards, perS
 		}
 	}
 
-	verifyURL, err := schema.EnsureQueue(ctx, sqs.NewFromConfig(c.Config), schema.Queue{Name: "bench-verify-" + nonce + ".fifo", FIFO: true})
+	sqsc := sqs.NewFromConfig(c.Config)
+	verifyURL, err := schema.EnsureQueue(ctx, sqsc, schema.Queue{Name: "bench-verify-" + nonce + ".fifo", FIFO: true})
 	if err != nil {
 		return res, fmt.Errorf("bench: verify queue: %w", err)
 	}
-	bucket := "bench-payloads-" + nonce
-	if err := schema.EnsureBucket(ctx, s3.NewFromConfig(c.Config, func(o *s3.Options) { o.UsePathStyle = true }), bucket); err != nil {
-		return res, fmt.Errorf("bench: payload bucket: %w", err)
+	// template.yaml's VerifyQueue: a walk in flight keeps its message (and its shard's message
+	// group) hidden for up to 30 minutes, so a slow walk is never walked twice at once.
+	if _, err := sqsc.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(verifyURL),
+		Attributes: map[string]string{string(sqstypes.QueueAttributeNameVisibilityTimeout): strconv.Itoa(verifyVisibilitySeconds)}}); err != nil {
+		return res, fmt.Errorf("bench: verify queue: %w", err)
 	}
 	meter, kc := ddbmeter.New(), &opCounter{n: map[string]int{}}
 	metered := c.Config.Copy()
 	metered.APIOptions = append(metered.APIOptions, meter.APIOption, kc.apiOption(kinesis.ServiceID))
-	env := map[string]string{
-		"GAPLESS_GROUP": t.Group, "CHECKPOINT_TABLE": t.Checkpoint, "DEDUPE_TABLE": t.Ledger,
-		"PARKED_QUEUE_URL": t.ParkedQueue, "STREAM_NAME": stream, "SETTLE_AFTER": "1s", "VERIFY_QUEUE_URL": verifyURL,
-		"PAYLOAD_BUCKET": bucket, "AWS_ENDPOINT_URL_S3": os.Getenv("AWS_ENDPOINT_URL_S3"),
-	}
-	r, err := gapless.NewReconciler(ctx, checksumProcess, gapless.WithGetenv(func(k string) string { return env[k] }),
-		gapless.WithAWSConfig(metered), gapless.WithLogger(slog.New(slog.DiscardHandler)), gapless.WithMetricsWriter(io.Discard))
+	handle, err := reconcilerFunction(ctx, metered, t, nonce, stream, verifyURL, spec)
 	if err != nil {
 		return res, err
 	}
@@ -122,7 +137,7 @@ func FanOut(ctx context.Context, c Clients, t Tables, nonce string, shards, perS
 
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, reconcilerTimeout)
-	out, err := r.Handle(cctx, json.RawMessage(`{}`))
+	out, err := handle(cctx, json.RawMessage(`{}`))
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("bench: coordinator: %w", err)
@@ -135,13 +150,13 @@ func FanOut(ctx context.Context, c Clients, t Tables, nonce string, shards, perS
 	if sum.ShardsQueued != shards {
 		return res, fmt.Errorf("bench: coordinator queued %d of %d shards: %+v", sum.ShardsQueued, shards, sum)
 	}
-	m, err := sqsesm.New(ctx, sqs.NewFromConfig(c.Config), sqsesm.Config{QueueURL: verifyURL, BatchSize: 1,
+	m, err := sqsesm.New(ctx, sqsc, sqsesm.Config{QueueURL: verifyURL, BatchSize: 1,
 		MaximumConcurrency: max(shards, 2), FunctionTimeout: reconcilerTimeout}, func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		raw, err := json.Marshal(ev)
 		if err != nil {
 			return events.SQSEventResponse{}, err
 		}
-		out, err := r.Handle(ctx, raw)
+		out, err := handle(ctx, raw)
 		if err != nil {
 			return events.SQSEventResponse{}, err
 		}
@@ -177,6 +192,47 @@ func FanOut(ctx context.Context, c Clients, t Tables, nonce string, shards, perS
 	s := meter.Snapshot()
 	res.DDBCalls, res.ReadUnits, res.WriteUnits = s.Total.Calls, s.Total.ReadUnits, s.Total.WriteUnits
 	return res, err
+}
+
+// reconcilerFunction is the reconciler function's handler over the bench's tables and stream,
+// built from metered (every DynamoDB and Kinesis call it makes is counted). At walkRate 0 it
+// is gapless.NewReconciler with the deployed variables; otherwise the same handler wired by
+// hand, its walks paced at spec.WalkBytesPerSecond.
+func reconcilerFunction(ctx context.Context, metered aws.Config, t Tables, nonce, stream, verifyURL string, spec FanOutSpec) (func(context.Context, json.RawMessage) (any, error), error) {
+	log := slog.New(slog.DiscardHandler)
+	if walkRate := spec.WalkBytesPerSecond; walkRate > 0 {
+		// Pages of about ten seconds of the walk's rate: the emulator serves the walks' reads
+		// spread over the pass, not as one burst of 10 MB pages at its start.
+		page := int32(max(1, min(10000, walkRate*10/int64(spec.RecordBytes))))
+		ddb := dynamodb.NewFromConfig(metered)
+		cps := checkpoint.New(ddb, t.Checkpoint)
+		p, err := pipeline.New(pipeline.DedupeLedger{L: dedupe.New(ddb, t.Ledger, dedupe.WithLogger(log))}, pipeline.CheckpointStore{S: cps},
+			park.New(sqs.NewFromConfig(metered), t.ParkedQueue), Checksum, pipeline.DefaultConfig())
+		if err != nil {
+			return nil, err
+		}
+		rc, err := reconcile.New(kinesis.NewFromConfig(metered), cps, p,
+			reconcile.Config{Group: t.Group, Stream: stream, SettleAfter: time.Second, ReadBytesPerSecond: walkRate, PageLimit: page}, reconcile.WithLogger(log))
+		if err != nil {
+			return nil, err
+		}
+		return reconcile.NewHandler(rc, nil, log, reconcile.WithVerifyQueue(sqs.NewFromConfig(metered), verifyURL)).Handle, nil
+	}
+	bucket := "bench-payloads-" + nonce
+	if err := schema.EnsureBucket(ctx, s3.NewFromConfig(metered, func(o *s3.Options) { o.UsePathStyle = true }), bucket); err != nil {
+		return nil, fmt.Errorf("bench: payload bucket: %w", err)
+	}
+	env := map[string]string{
+		"GAPLESS_GROUP": t.Group, "CHECKPOINT_TABLE": t.Checkpoint, "DEDUPE_TABLE": t.Ledger,
+		"PARKED_QUEUE_URL": t.ParkedQueue, "STREAM_NAME": stream, "SETTLE_AFTER": "1s", "VERIFY_QUEUE_URL": verifyURL,
+		"PAYLOAD_BUCKET": bucket, "AWS_ENDPOINT_URL_S3": os.Getenv("AWS_ENDPOINT_URL_S3"),
+	}
+	r, err := gapless.NewReconciler(ctx, checksumProcess, gapless.WithGetenv(func(k string) string { return env[k] }),
+		gapless.WithAWSConfig(metered), gapless.WithLogger(log), gapless.WithMetricsWriter(io.Discard))
+	if err != nil {
+		return nil, err
+	}
+	return r.Handle, nil
 }
 
 // consumeBatch keeps a consumed batch within Lambda's 6 MB invocation payload (base64 in JSON).
