@@ -734,3 +734,55 @@ func TestReplayYieldsToTheWholeMappingBatch(t *testing.T) {
 		t.Errorf("replay: %+v, %d calls; want 1..4 (the mapping batch's range) held, 5 and 6 processed", res, calls.Load())
 	}
 }
+
+// TestReplayYieldsToADeadMappingRun: a mapping run that hung until its function timeout leaves
+// a marker whose deadline is the invocation's own (the lease was capped by it), so the deadline
+// less the lease is the run's start although the run lived until the deadline. The mapping
+// retries the batch only once the invocation has timed out and a new sandbox has started: a
+// replay inside that gap that runs the records holds the mapping's retry (which then fails
+// held and costs one of its MaximumRetryAttempts) and parks the killer the mapping was
+// isolating. A replay yields until MappingSettled is past the dead run's deadline plus
+// DeadGrace, and runs the records after it.
+func TestReplayYieldsToADeadMappingRun(t *testing.T) {
+	const lease, settle = 10 * time.Second, 5 * time.Second
+	for _, tt := range []struct {
+		name  string
+		after time.Duration // replay start after the dead run's deadline
+		held  bool
+	}{
+		{"just after the deadline", 500 * time.Millisecond, true},
+		{"inside grace and settle", pipeline.DeadGrace + settle - time.Second, true},
+		{"after grace and settle", pipeline.DeadGrace + settle + time.Second, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv()
+			now := time.Now()
+			var calls atomic.Int64
+			p := e.pipeline(t, func(context.Context, pipeline.Record) error { calls.Add(1); return nil }, cfg(),
+				pipeline.WithClock(func() time.Time { return now }), pipeline.WithMarkerLease(lease))
+			deadline := now.Add(-tt.after)
+			m := pipeline.Marker{Nonce: "hung", First: seq(1), Last: seq(4), IDs: []recordid.ID{id(1), id(2), id(3), id(4)},
+				Started: deadline.Add(-lease), Deadline: deadline, Source: pipeline.SourceConsumer}
+			if err := e.ledger.Mark(context.Background(), shard, m); err != nil {
+				t.Fatal(err)
+			}
+			replay := batch(4, func(i int) string { return fmt.Sprint("k", i) })
+			replay.Source, replay.AdvanceCheckpoint, replay.MappingSettled = pipeline.SourceReconciler, false, now.Add(-settle)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := p.Run(ctx, replay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.held {
+				if calls.Load() != 0 || res.InFlightSkipped != 4 || res.FailedAttempts != 0 {
+					t.Errorf("replay ran the records of a run the mapping has yet to retry: %d calls, %+v", calls.Load(), res)
+				}
+				return
+			}
+			if res.InFlightSkipped != 0 || res.DeadMarkers != 1 {
+				t.Errorf("after the window: %+v, want the dead run counted, nothing held", res)
+			}
+		})
+	}
+}

@@ -12,7 +12,7 @@
 //     holds its records: they fail, not attempted (ErrInFlight), as do later records of their
 //     keys (a mapping run first waits a few seconds for such a marker to complete, looking the
 //     range up again: WithHeldWait); a replay also leaves alone the records in the range of a mapping run's
-//     marker while it is live and until Batch.MappingSettled is past the run's last renewal. A dead marker (past its lease plus DeadGrace without an
+//     marker until Batch.MappingSettled is past the run's last sign of life. A dead marker (past its lease plus DeadGrace without an
 //     entry of its nonce) is a death of every record it names: an attempt for a record it named alone, suspicion
 //     otherwise. When the first runnable record has died, only a prefix runs (half the
 //     smallest dead run that held it; the rest fail with ErrIsolating), the marker rewritten
@@ -147,9 +147,10 @@ type Batch struct {
 	// behind the checkpoint do not).
 	AdvanceCheckpoint bool
 	// MappingSettled (replays only; zero: off): a record inside the range of a mapping run's
-	// marker is held (ErrInFlight) while that marker is live, and, completed or not, until
-	// MappingSettled has passed the run's last sign of life (its start or last lease renewal:
-	// the marker's deadline less the lease). The mapping may still be retrying the record
+	// marker is held (ErrInFlight) until MappingSettled has passed the run's last sign of life:
+	// for a completed run its start or last lease renewal (the marker's deadline less the
+	// lease); for a run that never completed (crashed, hung, timed out) its deadline plus
+	// DeadGrace, since it may have lived until then and the mapping retries only after. The mapping may still be retrying the record
 	// (another lane moved the checkpoint past it, or a backlog made it older than the settle
 	// window), and a replay running it meanwhile holds the mapping's retries instead: each of
 	// those, answered in milliseconds, costs one of the mapping's MaximumRetryAttempts, and the
@@ -878,13 +879,21 @@ func (b *Batch) index(id recordid.ID) (int, bool) {
 }
 
 // yieldsTo reports whether replay batch b leaves the records of mapping marker m to the
-// mapping (Batch.MappingSettled). A run renews its marker every half lease, so its deadline
-// less the lease is at most half a lease before the run's end.
+// mapping (Batch.MappingSettled), measured from the run's last sign of life. A completed run
+// renews its marker every half lease, so its deadline less the lease is at most half a lease
+// before its end. A run that never completed (it crashed, hung or timed out) may have lived
+// until its deadline, which the invocation's own deadline caps (a hang's renewals end there,
+// so the deadline less the lease can be the run's start); the mapping retries its batch only
+// after the invocation ended and a new sandbox started, so the replay yields until the
+// deadline plus DeadGrace (when the marker reads as dead) is past MappingSettled.
 func (p *Pipeline) yieldsTo(b *Batch, m MarkerState, now time.Time) bool {
 	if b.MappingSettled.IsZero() || b.Source == SourceConsumer || m.Source != SourceConsumer {
 		return false
 	}
-	return (!m.Completed && now.Before(m.Deadline)) || !m.Deadline.Add(-p.lease).Before(b.MappingSettled)
+	if !m.Completed {
+		return !m.Deadline.Add(DeadGrace).Before(b.MappingSettled)
+	}
+	return !m.Deadline.Add(-p.lease).Before(b.MappingSettled)
 }
 
 func earlier(a, b Marker) bool {
