@@ -88,6 +88,11 @@ const (
 	attrFailed    = "failed"
 	attrSource    = "src"
 	attrOwner     = "owner"
+	// attrWritten (N, Unix milliseconds) is when an entry that completes a marker (Entry.Nonce
+	// given) was written: the end of the run that wrote the marker, which the marker alone
+	// cannot tell (its deadline is capped by the invocation's, so the deadline less the lease
+	// need not be its last renewal). MarkerState.CompletedAt.
+	attrWritten = "wt"
 )
 
 // Defaults.
@@ -316,6 +321,13 @@ func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) erro
 			return fmt.Errorf("dedupe: record %s %s..%s: %w", shard, e.First, e.Last, err)
 		}
 		items = append(items, parts...)
+	}
+	if e.Nonce != "" {
+		// A dozen bytes an item, inside the headroom DefaultMaxItemBytes leaves.
+		written := &types.AttributeValueMemberN{Value: strconv.FormatInt(l.now().UnixMilli(), 10)}
+		for _, it := range items {
+			it[attrWritten] = written
+		}
 	}
 	if len(items) == 1 {
 		if _, err := l.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &l.table, Item: items[0]}); err != nil {

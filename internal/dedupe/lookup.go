@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -151,7 +152,7 @@ type rangeBuilder struct {
 	entries  [4]int     // entries that contributed to each list (sorting needed when > 1)
 	stats    Stats
 	markers  []MarkerState
-	nonces   map[string]bool // nonces of the entries read
+	nonces   map[string]int64 // nonces of the entries read -> latest attrWritten (0: none)
 	parks    []Park
 	redriven []key
 	shardID  string
@@ -187,11 +188,15 @@ func (b *rangeBuilder) add(it map[string]types.AttributeValue, now int64) error 
 		return nil
 	case kindEntry:
 		if b.nonces == nil {
-			b.nonces = map[string]bool{}
+			b.nonces = map[string]int64{}
+		}
+		var written int64
+		if n, ok := it[attrWritten].(*types.AttributeValueMemberN); ok {
+			written, _ = strconv.ParseInt(n.Value, 10, 64) // unparsable: unknown, as when absent
 		}
 		defer func() {
 			if b.stats.Entries > entriesBefore {
-				b.nonces[nonce] = true
+				b.nonces[nonce] = max(b.nonces[nonce], written)
 			}
 		}()
 	}
@@ -282,7 +287,12 @@ func (b *rangeBuilder) build(shardID, first, last string) *Range {
 	}
 	for i := range b.markers {
 		m := &b.markers[i]
-		m.Completed = b.nonces[m.Nonce]
+		if written, ok := b.nonces[m.Nonce]; ok {
+			m.Completed = true
+			if written > 0 {
+				m.CompletedAt = time.UnixMilli(written)
+			}
+		}
 		for j := range m.IDs {
 			m.IDs[j].ShardID = shardID
 		}

@@ -56,6 +56,9 @@ type MarkerState struct {
 	// Completed: an entry with the marker's nonce was read by the same Lookup (the invocation
 	// recorded its outcome).
 	Completed bool
+	// CompletedAt is when that entry was written, by the writer's clock (zero: an entry
+	// written without the time).
+	CompletedAt time.Time
 }
 
 func validNonce(n string) bool {

@@ -10,7 +10,8 @@ import (
 )
 
 // TestMarkers: a marker is found by the same Query as entries when it overlaps the range (ids
-// kept inside the range, total size known), is completed by the entry of its nonce, replaced by
+// kept inside the range, total size known), is completed by the entry of its nonce (with the
+// entry's write time), replaced by
 // a second Mark of the same nonce, and deleted by Unmark. Markers of interleaved lanes name
 // only their own records.
 func TestMarkers(t *testing.T) {
@@ -27,9 +28,11 @@ func TestMarkers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	before := time.Now().Truncate(time.Millisecond)
 	if err := l.Record(ctx, testShard, Entry{First: seqAt(2), Last: seqAt(8), Done: even, Source: SourceConsumer, Nonce: "bbbb"}); err != nil {
 		t.Fatal(err)
 	}
+	after := time.Now()
 	m.Reset()
 	r, err := l.Lookup(ctx, testShard, seqAt(3), seqAt(6))
 	if err != nil {
@@ -47,6 +50,10 @@ func TestMarkers(t *testing.T) {
 		len(ga.IDs) != 2 || ga.IDs[0] != odd[1] || ga.IDs[1] != odd[2] || !ga.Deadline.Equal(dl) || !ga.Started.Equal(st) ||
 		ga.First != a.First || ga.Last != a.Last || gb.First != b.First || gb.Last != b.Last {
 		t.Fatalf("markers = %+v", r.Markers())
+	}
+	// The completing entry's write time is the run's end, which the marker cannot tell.
+	if !ga.CompletedAt.IsZero() || gb.CompletedAt.Before(before) || gb.CompletedAt.After(after) {
+		t.Errorf("CompletedAt: uncompleted %v, completed %v, want zero and within [%v, %v]", ga.CompletedAt, gb.CompletedAt, before, after)
 	}
 	if r.Len() != 2 || r.Done(odd[1]) || !r.Done(even[1]) || r.Stats().Markers != 2 {
 		t.Errorf("a marker must not read as done ids: len %d stats %+v", r.Len(), r.Stats())

@@ -786,3 +786,71 @@ func TestReplayYieldsToADeadMappingRun(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayYieldsUntilTheMappingRunEnded: a mapping run of a 10 s invocation (its marker's
+// deadline is the invocation's, so the deadline less the lease is its start) spends 8 s on a
+// record that fails (a hang abandoned at the deadline, here the clock moved by Process). The
+// mapping retries the batch once the run has answered, at its end, not at its start: a replay
+// inside the settle window after that end holds the retry, so the replay measures the window
+// from the run's entry (MarkerState.CompletedAt), not from the deadline less the lease.
+func TestReplayYieldsUntilTheMappingRunEnded(t *testing.T) {
+	const lease, settle, ran = 10 * time.Second, 5 * time.Second, 8 * time.Second
+	for _, tt := range []struct {
+		name  string
+		after time.Duration // replay start after the mapping run's end
+		held  bool
+	}{
+		{"just after the run", 500 * time.Millisecond, true},
+		{"inside the window", settle - time.Second, true},
+		{"after the window", settle + time.Second, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv()
+			var clock atomic.Int64
+			clock.Store(time.Now().UnixNano())
+			now := func() time.Time { return time.Unix(0, clock.Load()) }
+			e.ledger.Now = now
+			var failing atomic.Bool
+			failing.Store(true)
+			var calls atomic.Int64
+			process := func(ctx context.Context, r pipeline.Record) error {
+				if r.ID.Seq != seq(2) {
+					return nil
+				}
+				calls.Add(1)
+				if failing.Load() {
+					clock.Add(int64(ran))
+					return errors.New("hung until the deadline")
+				}
+				return nil
+			}
+			p := e.pipeline(t, process, cfg(), pipeline.WithClock(now), pipeline.WithMarkerLease(lease))
+			b := batch(4, func(i int) string { return fmt.Sprint("k", i) })
+			ctx, cancel := context.WithDeadline(context.Background(), now().Add(lease)) // the invocation's 10 s
+			defer cancel()
+			res, err := p.Run(ctx, b)
+			if err != nil || res.LowestFailedSeq != seq(2) {
+				t.Fatalf("mapping run: %+v, %v", res, err)
+			}
+			failing.Store(false)
+			clock.Add(int64(tt.after))
+			replay := b
+			replay.Source, replay.AdvanceCheckpoint, replay.MappingSettled = pipeline.SourceReconciler, false, now().Add(-settle)
+			ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel2()
+			res, err = p.Run(ctx2, replay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.held {
+				if calls.Load() != 1 || res.InFlightSkipped != 1 || res.FailedAttempts != 0 {
+					t.Errorf("replay ran a record the mapping is about to retry: %d calls, %+v", calls.Load(), res)
+				}
+				return
+			}
+			if calls.Load() != 2 || res.Processed != 1 || res.LowestFailedSeq != "" {
+				t.Errorf("after the window the replay did not run record 2: %d calls, %+v", calls.Load(), res)
+			}
+		})
+	}
+}

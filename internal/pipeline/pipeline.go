@@ -215,6 +215,9 @@ type MarkerState struct {
 	Marker         // IDs: only those inside the looked-up range
 	Size      int  // number of ids the marker names in all
 	Completed bool // an entry of the same nonce exists
+	// CompletedAt is when that entry was written (the run's end; zero: not known, an entry
+	// written without the time).
+	CompletedAt time.Time
 }
 
 // Marking is implemented by ledgers that keep in-flight markers (DedupeLedger,
@@ -728,7 +731,7 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 			if m.Nonce == mine.Nonce {
 				continue
 			}
-			if p.yieldsTo(b, m, now) {
+			if p.yieldsTo(b, m) {
 				// The whole range of the mapping's batch, not only the ids the marker names: a
 				// run names only what it attempts, and the rest of its batch (records not
 				// started, isolated, behind a failed record of their key) is retried too.
@@ -879,21 +882,27 @@ func (b *Batch) index(id recordid.ID) (int, bool) {
 }
 
 // yieldsTo reports whether replay batch b leaves the records of mapping marker m to the
-// mapping (Batch.MappingSettled), measured from the run's last sign of life. A completed run
-// renews its marker every half lease, so its deadline less the lease is at most half a lease
-// before its end. A run that never completed (it crashed, hung or timed out) may have lived
-// until its deadline, which the invocation's own deadline caps (a hang's renewals end there,
-// so the deadline less the lease can be the run's start); the mapping retries its batch only
-// after the invocation ended and a new sandbox started, so the replay yields until the
-// deadline plus DeadGrace (when the marker reads as dead) is past MappingSettled.
-func (p *Pipeline) yieldsTo(b *Batch, m MarkerState, now time.Time) bool {
+// mapping (Batch.MappingSettled), measured from the run's last sign of life, after which the
+// mapping retries what the run failed. The marker's deadline is capped by the invocation's own
+// deadline, so the deadline less the lease can be the run's start however long the run lived:
+//   - a completed run's end is its entry's write (CompletedAt); an entry without the time
+//     falls back to the deadline less the lease (its start or last renewal, at most half a
+//     lease before its end);
+//   - a run that never completed (it crashed, hung or timed out) may have lived until its
+//     deadline, and the mapping retries only after the invocation ended and a new sandbox
+//     started: its deadline plus DeadGrace (when the marker reads as dead).
+func (p *Pipeline) yieldsTo(b *Batch, m MarkerState) bool {
 	if b.MappingSettled.IsZero() || b.Source == SourceConsumer || m.Source != SourceConsumer {
 		return false
 	}
-	if !m.Completed {
+	switch {
+	case !m.Completed:
 		return !m.Deadline.Add(DeadGrace).Before(b.MappingSettled)
+	case !m.CompletedAt.IsZero():
+		return !m.CompletedAt.Before(b.MappingSettled)
+	default:
+		return !m.Deadline.Add(-p.lease).Before(b.MappingSettled)
 	}
-	return !m.Deadline.Add(-p.lease).Before(b.MappingSettled)
 }
 
 func earlier(a, b Marker) bool {

@@ -46,7 +46,7 @@ func (v dedupeView) Markers() []MarkerState {
 	out := make([]MarkerState, len(ms))
 	for i, m := range ms {
 		out[i] = MarkerState{Marker: Marker{Nonce: m.Nonce, First: m.First, Last: m.Last, IDs: m.IDs, Started: m.Started, Deadline: m.Deadline, Source: m.Source},
-			Size: m.Size, Completed: m.Completed}
+			Size: m.Size, Completed: m.Completed, CompletedAt: m.CompletedAt}
 	}
 	return out
 }

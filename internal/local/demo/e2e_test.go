@@ -31,7 +31,13 @@ func runDemo(t *testing.T, cfg Config) *Result {
 	t.Helper()
 	cfg.ReportsDir = t.TempDir()
 	if keep := os.Getenv("GAPLESS_TEST_KEEP_REPORTS"); keep != "" {
-		cfg.ReportsDir = filepath.Join(keep, t.Name())
+		// Absolute: the runtime emulator starts the bootstraps the run builds under it from
+		// another directory.
+		abs, err := filepath.Abs(filepath.Join(keep, t.Name()))
+		if err != nil {
+			t.Fatalf("GAPLESS_TEST_KEEP_REPORTS=%q: %v", keep, err)
+		}
+		cfg.ReportsDir = abs
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*cfg.Timeout+time.Minute) // each variant has its own budget
 	defer cancel()

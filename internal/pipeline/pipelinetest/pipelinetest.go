@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
@@ -35,6 +36,10 @@ type Ledger struct {
 	// NoMarkers makes the ledger a plain pipeline.Ledger: Mark and Unmark do nothing and views
 	// hold no markers (a ledger from before in-flight markers).
 	NoMarkers bool
+	// Now, when set, is the clock an entry completing a marker is stamped with
+	// (MarkerState.CompletedAt; default time.Now), as dedupe's WithClock.
+	Now       func() time.Time
+	completed map[string]time.Time // nonce of an entry -> when it was recorded
 }
 
 var (
@@ -197,7 +202,7 @@ func (l *Ledger) Lookup(_ context.Context, shard recordid.Shard, first, last str
 		}
 		for _, e := range l.entries[shard.String()] {
 			if e.Nonce == m.Nonce {
-				ms.Completed = true
+				ms.Completed, ms.CompletedAt = true, l.completed[e.Nonce]
 			}
 		}
 		v.markers = append(v.markers, ms)
@@ -217,6 +222,16 @@ func (l *Ledger) Record(_ context.Context, shard recordid.Shard, e pipeline.Entr
 		l.entries = map[string][]pipeline.Entry{}
 	}
 	l.entries[shard.String()] = append(l.entries[shard.String()], e)
+	if e.Nonce != "" {
+		now := time.Now
+		if l.Now != nil {
+			now = l.Now
+		}
+		if l.completed == nil {
+			l.completed = map[string]time.Time{}
+		}
+		l.completed[e.Nonce] = now()
+	}
 	return nil
 }
 
