@@ -27,7 +27,8 @@ type Check struct {
 // treats 15 minutes without a pass as breaching, so two passes must fit in that window.
 const MaxSchedulePeriod = 7 * time.Minute
 
-// RequiredAlarms are the metrics a deployment must alarm on (namespace/metric): loss, an
+// RequiredAlarms are the metrics a deployment must alarm on (namespace/metric): loss, records
+// that expired before the reconciler verified them (processed, but the proof is gone), an
 // unverified backlog or a silent reconciler, a mapping that stopped reading, on-failure
 // metadata that never reached the failure queue, ledger writes that fail, and every refusal of
 // a forged or stale input (a parked message the ledger does not confirm, a failure-queue
@@ -35,6 +36,7 @@ const MaxSchedulePeriod = 7 * time.Minute
 // only its alarm tells anyone it arrived.
 var RequiredAlarms = []string{
 	metrics.Namespace + "/LostToRetention",
+	metrics.Namespace + "/ExpiredUnverified",
 	metrics.Namespace + "/VerifiedLagSeconds",
 	metrics.Namespace + "/LedgerWriteFailures",
 	metrics.Namespace + "/ParkedRefused",

@@ -194,6 +194,10 @@ func TestEachFindingOffline(t *testing.T) {
 		{name: "no loss alarm",
 			edit:  edit("      MetricName: LostToRetention\n", "      MetricName: LostToRetentionRenamed\n"),
 			added: []string{"alarms.missing"}},
+		// Records that expired before the reconciler verified them: no loss, but no proof.
+		{name: "no alarm on records expired unverified",
+			edit:  edit("      MetricName: ExpiredUnverified\n", "      MetricName: ExpiredUnverifiedRenamed\n"),
+			added: []string{"alarms.missing"}},
 		// A refusal of forged or stale input is never applied: only its alarm reports it.
 		{name: "no alarm on refused parked messages",
 			edit:  edit("      MetricName: ParkedRefused\n", "      MetricName: ParkedRefusedRenamed\n"),
