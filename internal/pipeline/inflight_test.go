@@ -854,3 +854,37 @@ func TestReplayYieldsUntilTheMappingRunEnded(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayYieldNeverOutlastsTheDeadline: the end a completed marker's entry claims is a
+// claim: a run ends by its deadline, so an entry stamped an hour ahead (a writer's clock far
+// off, or a time written by someone else) holds a replay no longer than the marker's deadline
+// plus DeadGrace and the settle window.
+func TestReplayYieldNeverOutlastsTheDeadline(t *testing.T) {
+	const settle = 5 * time.Second
+	e := newEnv()
+	now := time.Now()
+	e.ledger.Now = func() time.Time { return now.Add(time.Hour) }
+	var calls atomic.Int64
+	p := e.pipeline(t, func(context.Context, pipeline.Record) error { calls.Add(1); return nil }, cfg(),
+		pipeline.WithClock(func() time.Time { return now }))
+	m := pipeline.Marker{Nonce: "skewed", First: seq(1), Last: seq(4), IDs: []recordid.ID{id(1)},
+		Started: now.Add(-20 * time.Second), Deadline: now.Add(-10 * time.Second), Source: pipeline.SourceConsumer}
+	if err := e.ledger.Mark(context.Background(), shard, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ledger.Record(context.Background(), shard, pipeline.Entry{First: seq(1), Last: seq(4), Failed: []recordid.ID{id(1)},
+		Source: pipeline.SourceConsumer, Nonce: "skewed"}); err != nil {
+		t.Fatal(err)
+	}
+	replay := batch(4, func(i int) string { return fmt.Sprint("k", i) })
+	replay.Source, replay.AdvanceCheckpoint, replay.MappingSettled = pipeline.SourceReconciler, false, now.Add(-settle)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := p.Run(ctx, replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.InFlightSkipped != 0 || calls.Load() != 4 || res.Processed != 4 {
+		t.Errorf("replay: %+v, %d calls; want the records run: the run's deadline is 10 s past, beyond grace and settle", res, calls.Load())
+	}
+}

@@ -899,7 +899,13 @@ func (p *Pipeline) yieldsTo(b *Batch, m MarkerState) bool {
 	case !m.Completed:
 		return !m.Deadline.Add(DeadGrace).Before(b.MappingSettled)
 	case !m.CompletedAt.IsZero():
-		return !m.CompletedAt.Before(b.MappingSettled)
+		// A run ends by its deadline: a writer's clock far ahead (or a time someone else wrote)
+		// holds no replay past the deadline plus DeadGrace.
+		end := m.CompletedAt
+		if limit := m.Deadline.Add(DeadGrace); end.After(limit) {
+			end = limit
+		}
+		return !end.Before(b.MappingSettled)
 	default:
 		return !m.Deadline.Add(-p.lease).Before(b.MappingSettled)
 	}
