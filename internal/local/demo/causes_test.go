@@ -104,7 +104,8 @@ func TestOutcomeChart(t *testing.T) {
 	if err := wellFormed(svg); err != nil {
 		t.Fatalf("%v\n%s", err, svg)
 	}
-	for _, s := range []string{"mapping alone", "checkpoint decides", "gapless", "LOST", "parked with payload", ">4493</text>", ">40</text>", ">3000</text>"} {
+	for _, s := range []string{"mapping alone", "checkpoint decides", "gapless", "LOST", "parked with payload", ">4493</text>", ">40</text>", ">3000</text>",
+		"the mapping alone lost 1 record; gapless parked exactly those ids, with their payload"} {
 		if !strings.Contains(svg, s) {
 			t.Errorf("outcome chart lacks %q", s)
 		}
@@ -287,5 +288,28 @@ func wellFormed(svg string) error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// TestLossFates: each record the mapping alone lost is matched by id with what gapless did
+// with it (parked, delivered, or lost, trimmed or pending there too), and gapless's parked
+// records the mapping alone delivered are counted apart.
+func TestLossFates(t *testing.T) {
+	alone := &VariantResult{Name: VariantBaseline, LostIDs: []string{"r-1", "r-2", "r-3", "r-4", "r-5", "r-6"}}
+	g := &VariantResult{Name: VariantGapless, ParkedIDs: []string{"r-1", "r-2", "r-9"}, LostIDs: []string{"r-3"},
+		LostToRetentionIDs: []string{"r-4"}, PendingRecords: []PendingRecord{{ID: "r-5"}}}
+	got := lossFates(alone, g)
+	want := LossFates{Lost: 6, Parked: 2, Delivered: 1, Unaccounted: 3, ParkedElsewhere: 1}
+	if got != want {
+		t.Fatalf("lossFates = %+v, want %+v", got, want)
+	}
+	for _, s := range []string{"lost 6 records", "parked 2 of those same ids", "delivered 1", "3 are lost or pending in gapless too", "also parked 1 record the mapping alone delivered"} {
+		if !strings.Contains(got.Line(), s) {
+			t.Errorf("line %q lacks %q", got.Line(), s)
+		}
+	}
+	exact := lossFates(&VariantResult{LostIDs: []string{"r-1", "r-2"}}, &VariantResult{ParkedIDs: []string{"r-1", "r-2"}})
+	if exact != (LossFates{Lost: 2, Parked: 2}) || exact.Line() != "the mapping alone lost 2 records; gapless parked exactly those ids, with their payload" {
+		t.Errorf("exact match: %+v %q", exact, exact.Line())
 	}
 }

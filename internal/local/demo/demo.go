@@ -65,13 +65,16 @@ type Options struct {
 // LostCheckpointDecides are the comparison variants' losses on the same workload (nil when the
 // variant did not run).
 type Result struct {
-	Produced              int  `json:"produced"`
-	DeliveredUnique       int  `json:"delivered_unique"`
-	Duplicates            int  `json:"duplicates"`
-	Parked                int  `json:"parked"`
-	Lost                  int  `json:"lost"`
-	LostESMOnly           *int `json:"lost_esm_only"`
-	LostCheckpointDecides *int `json:"lost_checkpoint_decides"`
+	Produced        int  `json:"produced"`
+	DeliveredUnique int  `json:"delivered_unique"`
+	Duplicates      int  `json:"duplicates"`
+	Parked          int  `json:"parked"`
+	Lost            int  `json:"lost"`
+	LostESMOnly     *int `json:"lost_esm_only"`
+	// MappingAloneLossInGapless says what gapless did with each record the mapping alone lost
+	// (same ids: both variants produce the same records); nil unless both ran.
+	MappingAloneLossInGapless *LossFates `json:"mapping_alone_loss_in_gapless,omitempty"`
+	LostCheckpointDecides     *int       `json:"lost_checkpoint_decides"`
 	// LostToRetention: records trimmed from the stream (--expire) before they were delivered
 	// or parked; not in Lost. Exact: the retention proxy knows every record it trimmed.
 	LostToRetention int `json:"lost_to_retention"`
@@ -165,8 +168,13 @@ type VariantResult struct {
 	// payload is in the parked queue. Lost = Produced - DeliveredUnique - Parked.
 	Parked             int `json:"parked"`
 	ParkedAndDelivered int `json:"parked_and_delivered"`
-	ParkedMessages     int `json:"parked_messages"`
-	ParkedBadPayload   int `json:"parked_bad_payload"`
+	// ParkedMessages counts the messages drained from the variant's parked queue: not
+	// records. A record parked twice (the consumer and a reconciler replay each parked it) is
+	// two messages and one record in Parked; a parked record also delivered (parked, then
+	// redriven) is in ParkedAndDelivered, not Parked; a message without its record's exact
+	// payload is in ParkedBadPayload and counts nothing.
+	ParkedMessages   int `json:"parked_messages"`
+	ParkedBadPayload int `json:"parked_bad_payload"`
 	// ParkedIDs are the ids of the records counted in Parked.
 	ParkedIDs []string `json:"parked_ids,omitempty"`
 	// ForgedParked (gapless): the forged-parked fault's outcome; nil when it did not run.
@@ -494,6 +502,10 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 			res.Verified, res.Pending, res.Incomplete = vr.Verified, vr.Pending, vr.Incomplete
 			res.ForgedParked = vr.ForgedParked
 		}
+	}
+	if res.Baseline != nil && res.Gapless != nil {
+		f := lossFates(res.Baseline, res.Gapless)
+		res.MappingAloneLossInGapless = &f
 	}
 	res.Seconds = time.Since(started).Seconds()
 	prog.stop()

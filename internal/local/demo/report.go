@@ -247,6 +247,17 @@ func Markdown(res *Result) string {
 		"payload and replays every range the mapping gave up. *pending* = neither delivered nor parked when " +
 		"the run ended before the reconciler had verified every shard, or past the checkpoint mirror: not known " +
 		"lost, and the run says INCOMPLETE.\n\n")
+	if f := res.MappingAloneLossInGapless; f != nil {
+		fmt.Fprintf(&b, "**The same records, not relabelled:** %s (by record id: both variants produce the same "+
+			"records from the seed; `mapping_alone_loss_in_gapless` in result.json).\n\n", f.Line())
+	}
+	if g := res.Gapless; g != nil {
+		fmt.Fprintf(&b, "*parked* (%d) counts records: not delivered, their exact payload in the parked queue. "+
+			"`parked_messages` (%d) counts the queue's messages: a record parked twice (by the consumer and by a "+
+			"reconciler replay) is two messages, a parked record that was also delivered counts in "+
+			"`parked_and_delivered` (%d), and a message without its record's exact payload counts in "+
+			"`parked_bad_payload` (%d) and as nothing else.\n\n", g.Parked, g.ParkedMessages, g.ParkedAndDelivered, g.ParkedBadPayload)
+	}
 	for _, v := range res.ran() {
 		safetySection(&b, v)
 	}
@@ -771,8 +782,19 @@ func OutcomeChart(vs []*VariantResult) string {
 		metrics = slices.Insert(metrics, 3, metric{"lost to retention", "#8c564b", func(r *VariantResult) int { return r.LostToRetention }})
 		subtitle = "each panel has its own scale; lost = produced − delivered − parked − lost to retention"
 	}
+	// The mapping alone's losses are gapless's parked records, by id: said on the chart, so
+	// that no one reads the parked bar as the lost one relabelled.
+	var same string
+	if i, j := slices.IndexFunc(vs, func(r *VariantResult) bool { return r.Name == VariantBaseline }),
+		slices.IndexFunc(vs, func(r *VariantResult) bool { return r.Name == VariantGapless }); i >= 0 && j >= 0 {
+		same = lossFates(vs[i], vs[j]).Line()
+	}
+	top := 60
+	if same != "" {
+		top += 18
+	}
 	const (
-		pw, top, barH, gap, labelW = 300, 60, 22, 8, 170
+		pw, barH, gap, labelW = 300, 22, 8, 170
 	)
 	ph := 40 + len(vs)*(barH+gap)
 	width, height := labelW+len(metrics)*pw, top+ph+30
@@ -785,6 +807,9 @@ func OutcomeChart(vs []*VariantResult) string {
 	}
 	fmt.Fprintf(&b, `<text x="10" y="22" font-size="15" font-weight="bold">What became of the %d records produced, per variant</text>`+"\n", produced)
 	fmt.Fprintf(&b, `<text x="10" y="42" fill="#555">%s</text>`+"\n", subtitle)
+	if same != "" {
+		fmt.Fprintf(&b, `<text x="10" y="60" fill="#ff7f0e" font-weight="bold">%s</text>`+"\n", html.EscapeString(same))
+	}
 	for i, v := range vs {
 		y := top + 30 + i*(barH+gap)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" font-weight="bold">%s</text>`+"\n", labelW-8, y+barH/2+4, html.EscapeString(columnTitle[v.Name]))

@@ -96,9 +96,11 @@ func sampleResult() *Result {
 		LostIDs: []string{"r-0000300"}, LostRecords: []LostRecord{{ID: "r-0000300", ShardID: "shardId-000000000002", Seq: "43"}}, Seconds: 30,
 		Mapping: MappingStats{Invocations: 230, Mappings: 2}, Handler: &HandlerStats{Received: 9000, Filtered: 33, RacesLost: 12, Abandoned: 7},
 		DuplicatesByCause: map[string]int{"racing_mapping": 2000, "partial_failure_redelivery": 1000}}
+	g.ParkedIDs = []string{"r-0000266"}
 	g.DuplicatesByCause = map[string]int{"racing_mapping": 300, "timeout_after_processing": 500, "ledger_write_failed": 35}
 	b.DuplicatesByCause = map[string]int{"racing_mapping": 1388, "partial_failure_redelivery": 3000}
-	return &Result{Produced: 4500, DeliveredUnique: 4493, Parked: 7, LostESMOnly: &lost, LostCheckpointDecides: &lostC, Verified: true,
+	f := lossFates(b, g)
+	return &Result{Produced: 4500, DeliveredUnique: 4493, Parked: 7, LostESMOnly: &lost, MappingAloneLossInGapless: &f, LostCheckpointDecides: &lostC, Verified: true,
 		Runtime: RuntimeInProcess, Seed: 1, ReportDir: "/tmp/r", Gapless: g, Baseline: b, CheckpointDecides: c,
 		Variants: AllVariants(), Settings: DefaultConfig().settings()}
 }

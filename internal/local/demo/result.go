@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"time"
@@ -83,11 +84,13 @@ func (v *variant) result(ctx context.Context, took time.Duration, timedOut bool)
 		}
 	}
 	sort.Slice(r.LostRecords, func(i, j int) bool { return r.LostRecords[i].ID < r.LostRecords[j].ID })
+	for _, l := range r.LostRecords {
+		r.LostIDs = append(r.LostIDs, l.ID) // every one: lossFates compares them with gapless's parked ids
+	}
 	if len(r.LostRecords) > 50 {
 		r.LostRecords = r.LostRecords[:50]
 	}
-	for i, l := range r.LostRecords {
-		r.LostIDs = append(r.LostIDs, l.ID)
+	for i := range r.LostRecords {
 		if v.gapless {
 			v.explainLoss(ctx, &r.LostRecords[i])
 		}
@@ -283,4 +286,84 @@ func (v *variant) outcomeTicks() map[string][]chartTick {
 		out[w.shard] = append(out[w.shard], chartTick{pos: position(seqs[w.shard], w.seq), parked: v.parked.Has(w.id)})
 	}
 	return out
+}
+
+// LossFates is what gapless did with the records the mapping alone lost, matched by record id
+// (both variants produce the same records from the seed): parked with their payload,
+// delivered, or not accounted for (lost, lost to retention or pending in gapless too).
+type LossFates struct {
+	Lost      int `json:"lost"` // the mapping alone's lost records
+	Parked    int `json:"parked"`
+	Delivered int `json:"delivered"`
+	// Unaccounted: lost, lost to retention or still pending in gapless too.
+	Unaccounted int `json:"unaccounted"`
+	// ParkedElsewhere: records gapless parked that the mapping alone did not lose: it
+	// delivered them (a record whose transient failures reached MAX_RECORD_ATTEMPTS in
+	// gapless, while the mapping's retries got it through).
+	ParkedElsewhere int `json:"parked_elsewhere"`
+}
+
+// lossFates matches alone's lost ids with gapless's parked, lost and pending ones. A record
+// gapless neither parked nor lost nor has pending was delivered (Lost = Produced − delivered −
+// parked; pending records are listed by id only up to 50, so with more pending some count
+// as unaccounted only by the total).
+func lossFates(alone, g *VariantResult) LossFates {
+	parked := map[string]bool{}
+	for _, id := range g.ParkedIDs {
+		parked[id] = true
+	}
+	gone := map[string]bool{}
+	for _, ids := range [][]string{g.LostIDs, g.LostToRetentionIDs} {
+		for _, id := range ids {
+			gone[id] = true
+		}
+	}
+	for _, p := range g.PendingRecords {
+		gone[p.ID] = true
+	}
+	f := LossFates{Lost: len(alone.LostIDs)}
+	lost := map[string]bool{}
+	for _, id := range alone.LostIDs {
+		lost[id] = true
+		switch {
+		case parked[id]:
+			f.Parked++
+		case gone[id]:
+			f.Unaccounted++
+		default:
+			f.Delivered++
+		}
+	}
+	for _, id := range g.ParkedIDs {
+		if !lost[id] {
+			f.ParkedElsewhere++
+		}
+	}
+	return f
+}
+
+// Line says it in a sentence: what gapless did with the mapping alone's losses.
+func (f LossFates) Line() string {
+	s := fmt.Sprintf("the mapping alone lost %s; gapless parked %d of those same ids with their payload and delivered the other %d",
+		records(f.Lost), f.Parked, f.Delivered)
+	switch {
+	case f.Lost == 0:
+		s = "the mapping alone lost no record"
+	case f.Parked == f.Lost:
+		s = fmt.Sprintf("the mapping alone lost %s; gapless parked exactly those ids, with their payload", records(f.Lost))
+	case f.Unaccounted > 0:
+		s = fmt.Sprintf("the mapping alone lost %s; gapless parked %d of those same ids with their payload, delivered %d, and %d are lost or pending in gapless too",
+			records(f.Lost), f.Parked, f.Delivered, f.Unaccounted)
+	}
+	if f.ParkedElsewhere > 0 {
+		s += fmt.Sprintf("; gapless also parked %s the mapping alone delivered", records(f.ParkedElsewhere))
+	}
+	return s
+}
+
+func records(n int) string {
+	if n == 1 {
+		return "1 record"
+	}
+	return fmt.Sprintf("%d records", n)
 }
