@@ -722,14 +722,7 @@ func TestReplayYieldsToTheWholeMappingBatch(t *testing.T) {
 	if err := e.ledger.Mark(context.Background(), shard, m); err != nil {
 		t.Fatal(err)
 	}
-	replay := batch(6, func(i int) string { return fmt.Sprint("k", i) })
-	replay.Source, replay.AdvanceCheckpoint, replay.MappingSettled = pipeline.SourceReconciler, false, now.Add(-5*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := p.Run(ctx, replay)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runReplay(t, p, 6, now.Add(-5*time.Second))
 	if res.InFlightSkipped != 4 || res.Processed != 2 || calls.Load() != 2 || res.LowestFailedSeq != seq(1) {
 		t.Errorf("replay: %+v, %d calls; want 1..4 (the mapping batch's range) held, 5 and 6 processed", res, calls.Load())
 	}
@@ -766,14 +759,7 @@ func TestReplayYieldsToADeadMappingRun(t *testing.T) {
 			if err := e.ledger.Mark(context.Background(), shard, m); err != nil {
 				t.Fatal(err)
 			}
-			replay := batch(4, func(i int) string { return fmt.Sprint("k", i) })
-			replay.Source, replay.AdvanceCheckpoint, replay.MappingSettled = pipeline.SourceReconciler, false, now.Add(-settle)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			res, err := p.Run(ctx, replay)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := runReplay(t, p, 4, now.Add(-settle))
 			if tt.held {
 				if calls.Load() != 0 || res.InFlightSkipped != 4 || res.FailedAttempts != 0 {
 					t.Errorf("replay ran the records of a run the mapping has yet to retry: %d calls, %+v", calls.Load(), res)
@@ -876,15 +862,23 @@ func TestReplayYieldNeverOutlastsTheDeadline(t *testing.T) {
 		Source: pipeline.SourceConsumer, Nonce: "skewed"}); err != nil {
 		t.Fatal(err)
 	}
-	replay := batch(4, func(i int) string { return fmt.Sprint("k", i) })
-	replay.Source, replay.AdvanceCheckpoint, replay.MappingSettled = pipeline.SourceReconciler, false, now.Add(-settle)
+	res := runReplay(t, p, 4, now.Add(-settle))
+	if res.InFlightSkipped != 0 || calls.Load() != 4 || res.Processed != 4 {
+		t.Errorf("replay: %+v, %d calls; want the records run: the run's deadline is 10 s past, beyond grace and settle", res, calls.Load())
+	}
+}
+
+// runReplay runs a reconciler replay of records 1..n (one key each) with the given
+// MappingSettled and returns its result.
+func runReplay(t *testing.T, p *pipeline.Pipeline, n int, settled time.Time) pipeline.Result {
+	t.Helper()
+	replay := batch(n, func(i int) string { return fmt.Sprint("k", i) })
+	replay.Source, replay.AdvanceCheckpoint, replay.MappingSettled = pipeline.SourceReconciler, false, settled
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := p.Run(ctx, replay)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.InFlightSkipped != 0 || calls.Load() != 4 || res.Processed != 4 {
-		t.Errorf("replay: %+v, %d calls; want the records run: the run's deadline is 10 s past, beyond grace and settle", res, calls.Load())
-	}
+	return res
 }
