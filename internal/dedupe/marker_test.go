@@ -11,9 +11,8 @@ import (
 
 // TestMarkers: a marker is found by the same Query as entries when it overlaps the range (ids
 // kept inside the range, total size known), is completed by the entry of its nonce (with the
-// entry's write time), replaced by
-// a second Mark of the same nonce, and deleted by Unmark. Markers of interleaved lanes name
-// only their own records.
+// entry's write time), replaced by a second Mark of the same nonce, and deleted by Unmark.
+// Markers of interleaved lanes name only their own records.
 func TestMarkers(t *testing.T) {
 	ctx := context.Background()
 	l, _, m, _ := newStackLedger(t)

@@ -147,10 +147,10 @@ type Batch struct {
 	// behind the checkpoint do not).
 	AdvanceCheckpoint bool
 	// MappingSettled (replays only; zero: off): a record inside the range of a mapping run's
-	// marker is held (ErrInFlight) until MappingSettled has passed the run's last sign of life:
-	// for a completed run its start or last lease renewal (the marker's deadline less the
-	// lease); for a run that never completed (crashed, hung, timed out) its deadline plus
-	// DeadGrace, since it may have lived until then and the mapping retries only after. The mapping may still be retrying the record
+	// marker is held (ErrInFlight) until MappingSettled has passed the run's end (yieldsTo):
+	// for a completed run the write of its entry (MarkerState.CompletedAt); for a run that
+	// never completed (crashed, hung, timed out) its deadline plus DeadGrace, since it may have
+	// lived until then and the mapping retries only after. The mapping may still be retrying the record
 	// (another lane moved the checkpoint past it, or a backlog made it older than the settle
 	// window), and a replay running it meanwhile holds the mapping's retries instead: each of
 	// those, answered in milliseconds, costs one of the mapping's MaximumRetryAttempts, and the
