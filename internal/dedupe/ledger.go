@@ -13,7 +13,7 @@
 //
 //	batch entry  pk = "L|" + group|stream|shard
 //	             sk = seqnum.Encode(last) + "#B#" + nonce + "#" + part
-//	             first, last, firstEnc (S), ids, parked, parkedRef, failed (B), src (S), expiresAt (N)
+//	             first, last, firstEnc (S), ids, parked, parkedRef, failed (B), src (S), wt (N), expiresAt (N)
 //	claim        pk = "K|" + group + "|" + key, sk = "K", owner (S, record id), expiresAt (N)
 //
 // Sort keys start with the encoded last sequence number, and no item spans more than MaxSpan
@@ -295,7 +295,10 @@ func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) erro
 	} else if !validNonce(nonce) {
 		return fmt.Errorf("dedupe: record %s %s..%s: %w: nonce %q", shard, e.First, e.Last, ErrInvalid, nonce)
 	}
-	expires := strconv.FormatInt(l.now().Add(l.ttl).Unix(), 10)
+	meta := entryMeta{expires: strconv.FormatInt(l.now().Add(l.ttl).Unix(), 10)}
+	if e.Nonce != "" {
+		meta.written = strconv.FormatInt(l.now().UnixMilli(), 10)
+	}
 
 	// One item per window of at most MaxSpan (one window unless the entry is wider), each
 	// split further when it exceeds the item budget.
@@ -309,25 +312,18 @@ func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) erro
 				parks: parksWithinSeq(sets.parks, w.first, w.last),
 			}
 		}
-		whole := l.item(pk, nonce, len(items), w.first, w.last, e.Source, expires, ws)
+		whole := l.item(pk, nonce, len(items), w.first, w.last, e.Source, meta, ws)
 		if ddbsize.ItemSize(whole) <= l.maxItem {
 			items = append(items, whole)
 			continue
 		}
 		we := e
 		we.First, we.Last = w.first, w.last
-		parts, err := l.split(pk, nonce, len(items), we, expires, ws)
+		parts, err := l.split(pk, nonce, len(items), we, meta, ws)
 		if err != nil {
 			return fmt.Errorf("dedupe: record %s %s..%s: %w", shard, e.First, e.Last, err)
 		}
 		items = append(items, parts...)
-	}
-	if e.Nonce != "" {
-		// A dozen bytes an item, inside the headroom DefaultMaxItemBytes leaves.
-		written := &types.AttributeValueMemberN{Value: strconv.FormatInt(l.now().UnixMilli(), 10)}
-		for _, it := range items {
-			it[attrWritten] = written
-		}
 	}
 	if len(items) == 1 {
 		if _, err := l.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &l.table, Item: items[0]}); err != nil {
@@ -350,8 +346,14 @@ func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) erro
 	return nil
 }
 
+// entryMeta are the scalar attributes every item of one entry carries.
+type entryMeta struct {
+	expires string // schema.TTLAttribute, Unix seconds
+	written string // attrWritten, Unix ms; "" for an entry that completes no marker
+}
+
 // item builds one entry item.
-func (l *Ledger) item(pk, nonce string, part int, first, last, source, expires string, s entrySets) map[string]types.AttributeValue {
+func (l *Ledger) item(pk, nonce string, part int, first, last, source string, meta entryMeta, s entrySets) map[string]types.AttributeValue {
 	lastEnc, _ := seqnum.Encode(last) // validated
 	firstEnc, _ := seqnum.Encode(first)
 	it := map[string]types.AttributeValue{
@@ -361,8 +363,11 @@ func (l *Ledger) item(pk, nonce string, part int, first, last, source, expires s
 		attrLast:            &types.AttributeValueMemberS{Value: last},
 		attrFirstEnc:        &types.AttributeValueMemberS{Value: firstEnc},
 		attrSource:          &types.AttributeValueMemberS{Value: source},
-		schema.TTLAttribute: &types.AttributeValueMemberN{Value: expires},
+		schema.TTLAttribute: &types.AttributeValueMemberN{Value: meta.expires},
 		attrIDs:             &types.AttributeValueMemberB{Value: appendSorted(nil, s.done)},
+	}
+	if meta.written != "" {
+		it[attrWritten] = &types.AttributeValueMemberN{Value: meta.written}
 	}
 	// Empty optional sets are left out: absent means empty.
 	for _, v := range []struct {
@@ -386,14 +391,14 @@ func (l *Ledger) item(pk, nonce string, part int, first, last, source, expires s
 // split cuts an entry into parts that each fit the item budget, numbered from base. Parts cover consecutive slices
 // of the union of all ids; part i's range is from its first id (the entry's First for part 0)
 // to its last id (the entry's Last for the last part).
-func (l *Ledger) split(pk, nonce string, base int, e Entry, expires string, s entrySets) ([]map[string]types.AttributeValue, error) {
+func (l *Ledger) split(pk, nonce string, base int, e Entry, meta entryMeta, s entrySets) ([]map[string]types.AttributeValue, error) {
 	union := mergeUnique(s.done, s.failed) // parked ⊆ done, byRef ⊆ parked
 	if len(union) == 0 {
 		return nil, fmt.Errorf("%w: an entry without ids needs more than %d bytes", ErrItemTooLarge, l.maxItem)
 	}
 	total := encodedSize(s.done) + encodedSize(s.parked) + encodedSize(s.byRef) + encodedSize(s.failed)
 	// Start from an even cut with 10% headroom, then halve any part still too large.
-	budget := l.maxItem - l.fixedSize(pk, nonce, e, expires)
+	budget := l.maxItem - l.fixedSize(pk, nonce, e, meta)
 	if budget <= 0 {
 		return nil, fmt.Errorf("%w: budget %d bytes leaves no room for ids", ErrItemTooLarge, l.maxItem)
 	}
@@ -424,7 +429,7 @@ func (l *Ledger) split(pk, nonce string, base int, e Entry, expires string, s en
 			failed: within(s.failed, lo, hi),
 			parks:  parksWithin(s.parks, lo, hi),
 		}
-		it := l.item(pk, nonce, base+len(parts), first, last, e.Source, expires, ps)
+		it := l.item(pk, nonce, base+len(parts), first, last, e.Source, meta, ps)
 		if ddbsize.ItemSize(it) <= l.maxItem {
 			parts = append(parts, it)
 			continue
@@ -441,8 +446,8 @@ func (l *Ledger) split(pk, nonce string, base int, e Entry, expires string, s en
 // fixedSize estimates the size of an entry item without its id sets: the keys and scalar
 // attributes, room for a part's own first and last (up to 129 digits each) and the names and
 // headers of the optional sets. It only sizes the first cut; every part is measured exactly.
-func (l *Ledger) fixedSize(pk, nonce string, e Entry, expires string) int {
-	it := l.item(pk, nonce, 999999, e.First, e.Last, e.Source, expires, entrySets{})
+func (l *Ledger) fixedSize(pk, nonce string, e Entry, meta entryMeta) int {
+	it := l.item(pk, nonce, 999999, e.First, e.Last, e.Source, meta, entrySets{})
 	return ddbsize.ItemSize(it) + 2*seqnum.MaxDigits + len(attrParked) + len(attrParkedRef) + len(attrFailed) + 3*maxVarintLen
 }
 
