@@ -882,3 +882,30 @@ func runReplay(t *testing.T, p *pipeline.Pipeline, n int, settled time.Time) pip
 	}
 	return res
 }
+
+// TestReplayYieldNeverEndsBeforeTheLastRenewal: an entry stamped an hour early (a writer's
+// clock behind, or a time written by someone else) releases no record earlier than the
+// marker's deadline less the lease (its last renewal) would: the run renewed its marker 3 s
+// ago, inside the settle window, so the replay still leaves its records to the mapping.
+func TestReplayYieldNeverEndsBeforeTheLastRenewal(t *testing.T) {
+	const lease, settle = 10 * time.Second, 5 * time.Second
+	e := newEnv()
+	now := time.Now()
+	e.ledger.Now = func() time.Time { return now.Add(-time.Hour) }
+	var calls atomic.Int64
+	p := e.pipeline(t, func(context.Context, pipeline.Record) error { calls.Add(1); return nil }, cfg(),
+		pipeline.WithClock(func() time.Time { return now }), pipeline.WithMarkerLease(lease))
+	m := pipeline.Marker{Nonce: "behind", First: seq(1), Last: seq(4), IDs: []recordid.ID{id(1)},
+		Started: now.Add(-20 * time.Second), Deadline: now.Add(-3*time.Second + lease), Source: pipeline.SourceConsumer}
+	if err := e.ledger.Mark(context.Background(), shard, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ledger.Record(context.Background(), shard, pipeline.Entry{First: seq(1), Last: seq(4), Failed: []recordid.ID{id(1)},
+		Source: pipeline.SourceConsumer, Nonce: "behind"}); err != nil {
+		t.Fatal(err)
+	}
+	res := runReplay(t, p, 4, now.Add(-settle))
+	if res.InFlightSkipped != 4 || calls.Load() != 0 {
+		t.Errorf("replay: %+v, %d calls; want 1..4 held: the run renewed its marker 3 s ago, inside the settle window", res, calls.Load())
+	}
+}

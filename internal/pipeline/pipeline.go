@@ -885,9 +885,10 @@ func (b *Batch) index(id recordid.ID) (int, bool) {
 // mapping (Batch.MappingSettled), measured from the run's last sign of life, after which the
 // mapping retries what the run failed. The marker's deadline is capped by the invocation's own
 // deadline, so the deadline less the lease can be the run's start however long the run lived:
-//   - a completed run's end is its entry's write (CompletedAt); an entry without the time
-//     falls back to the deadline less the lease (its start or last renewal, at most half a
-//     lease before its end);
+//   - a completed run's end is its entry's write (CompletedAt), taken no earlier than the
+//     deadline less the lease (its start or last renewal) and no later than the deadline plus
+//     DeadGrace; an entry without the time falls back to the deadline less the lease (at most
+//     half a lease before its end);
 //   - a run that never completed (it crashed, hung or timed out) may have lived until its
 //     deadline, and the mapping retries only after the invocation ended and a new sandbox
 //     started: its deadline plus DeadGrace (when the marker reads as dead).
@@ -899,9 +900,13 @@ func (p *Pipeline) yieldsTo(b *Batch, m MarkerState) bool {
 	case !m.Completed:
 		return !m.Deadline.Add(DeadGrace).Before(b.MappingSettled)
 	case !m.CompletedAt.IsZero():
-		// A run ends by its deadline: a writer's clock far ahead (or a time someone else wrote)
-		// holds no replay past the deadline plus DeadGrace.
+		// A run ends after its last renewal and by its deadline: a writer's clock far off (or
+		// a time someone else wrote) neither releases the records earlier than the deadline
+		// less the lease would nor holds them past the deadline plus DeadGrace.
 		end := m.CompletedAt
+		if renewed := m.Deadline.Add(-p.lease); end.Before(renewed) {
+			end = renewed
+		}
 		if limit := m.Deadline.Add(DeadGrace); end.After(limit) {
 			end = limit
 		}
