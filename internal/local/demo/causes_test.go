@@ -308,6 +308,10 @@ func TestLossFates(t *testing.T) {
 			t.Errorf("line %q lacks %q", got.Line(), s)
 		}
 	}
+	g.Pending, g.PendingRecords = 60, make([]PendingRecord, 50)
+	if f := lossFates(alone, g); f.PendingUnlisted != 10 || !strings.Contains(f.Line(), "(at most: 10 of gapless's pending records are not listed by id)") {
+		t.Errorf("with 60 pending, 50 listed: %+v %q", f, f.Line())
+	}
 	exact := lossFates(&VariantResult{LostIDs: []string{"r-1", "r-2"}}, &VariantResult{ParkedIDs: []string{"r-1", "r-2"}})
 	if exact != (LossFates{Lost: 2, Parked: 2}) || exact.Line() != "the mapping alone lost 2 records; gapless parked exactly those ids, with their payload" {
 		t.Errorf("exact match: %+v %q", exact, exact.Line())

@@ -301,12 +301,15 @@ type LossFates struct {
 	// delivered them (a record whose transient failures reached MAX_RECORD_ATTEMPTS in
 	// gapless, while the mapping's retries got it through).
 	ParkedElsewhere int `json:"parked_elsewhere"`
+	// PendingUnlisted: gapless's pending records beyond the 50 it lists by id. Any of them
+	// among the mapping alone's losses counts in Delivered, so Delivered is then an upper bound.
+	PendingUnlisted int `json:"pending_unlisted,omitempty"`
 }
 
 // lossFates matches alone's lost ids with gapless's parked, lost and pending ones. A record
-// gapless neither parked nor lost nor has pending was delivered (Lost = Produced − delivered −
-// parked; pending records are listed by id only up to 50, so with more pending some count
-// as unaccounted only by the total).
+// gapless neither parked nor lost nor has pending was delivered (gapless's Lost = Produced −
+// delivered − parked − pending); pending records are listed by id only up to 50, and
+// PendingUnlisted says how many were not.
 func lossFates(alone, g *VariantResult) LossFates {
 	parked := map[string]bool{}
 	for _, id := range g.ParkedIDs {
@@ -321,7 +324,7 @@ func lossFates(alone, g *VariantResult) LossFates {
 	for _, p := range g.PendingRecords {
 		gone[p.ID] = true
 	}
-	f := LossFates{Lost: len(alone.LostIDs)}
+	f := LossFates{Lost: len(alone.LostIDs), PendingUnlisted: max(0, g.Pending-len(g.PendingRecords))}
 	lost := map[string]bool{}
 	for _, id := range alone.LostIDs {
 		lost[id] = true
@@ -357,6 +360,9 @@ func (f LossFates) Line() string {
 	}
 	if f.ParkedElsewhere > 0 {
 		s += fmt.Sprintf("; gapless also parked %s the mapping alone delivered", records(f.ParkedElsewhere))
+	}
+	if f.PendingUnlisted > 0 && f.Delivered > 0 {
+		s += fmt.Sprintf(" (at most: %d of gapless's pending records are not listed by id)", f.PendingUnlisted)
 	}
 	return s
 }
