@@ -127,7 +127,7 @@ invoke: tools gapless
 
 ## sim: the deterministic whole-system simulator (docs/simulator.md). SEEDS=7 or SEEDS=1,2,3 or
 ## SEEDS=100+50 replays seeds; otherwise fresh seeds for DURATION (default 1m) on SIM_PROCS
-## processes. MUTATION=checkpoint-decides|drop-marker|drop-ledger|drop-hold|close-before-count|count-on-direction
+## processes (GOGC=400 unless set: the runs allocate briskly and live small). MUTATION=checkpoint-decides|drop-marker|drop-ledger|drop-hold|close-before-count|count-on-direction
 ## puts a known defect back (and shapes the runs for it: WithMutation).
 SIM_PROCS ?= 2
 DURATION  ?= 1m
@@ -140,7 +140,7 @@ sim:
 	else \
 		base=$$(date +%s%N); rc=0; pids=""; \
 		for i in $$(seq 0 $$(($(SIM_PROCS)-1))); do \
-			$(BIN)/sim.test -test.run '^TestSim$$' -test.v -test.timeout 0 -sim.open= -sim.base=$$base -sim.stride=$(SIM_PROCS) -sim.offset=$$i \
+			GOGC=$${GOGC:-400} $(BIN)/sim.test -test.run '^TestSim$$' -test.v -test.timeout 0 -sim.open= -sim.base=$$base -sim.stride=$(SIM_PROCS) -sim.offset=$$i \
 				-sim.duration=$(DURATION) -sim.mutation=$(MUTATION) $(SIM_FLAGS) > .local/sim.$$i.log 2>&1 & pids="$$pids $$!"; \
 		done; \
 		tail -q -f --pid=$$(echo $$pids | awk '{print $$NF}') .local/sim.*.log 2>/dev/null | grep --line-buffered '^sim\[' & \
