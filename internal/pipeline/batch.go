@@ -133,7 +133,11 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 			behind[k] = r.nextBehind(&r.outcomes[head[k]], behind[k]) // parked: it holds its key
 			head[k], pos[k] = -1, pos[k]+1
 		}
-		r.saveProgress(ctx, sent) // progress.go
+		more := false // records left for a later round
+		for k := range lanes {
+			more = more || pos[k] < len(lanes[k])
+		}
+		r.saveProgress(ctx, sent, more) // progress.go
 	}
 }
 

@@ -314,6 +314,8 @@ type Pipeline struct {
 	lease      time.Duration
 	// endedConfirm: the wait before the lane rule takes a lease-live marker for dead (progress.go).
 	endedConfirm time.Duration
+	// progressEvery: how much sink time a batch-sink run risks before it saves its progress (progress.go).
+	progressEvery time.Duration
 	// heldWait: the longest wait for a marker that holds records of a mapping run (progress.go).
 	heldWait time.Duration
 	holder   Holder // ON_PARK=hold-key (hold.go); nil: continue
@@ -344,6 +346,7 @@ func New(ledger Ledger, checkpointer Checkpointer, parker Parker, process Proces
 	p := &Pipeline{
 		ledger: ledger, checkpoint: checkpointer, parker: parker, process: process, cfg: cfg,
 		log: slog.New(slog.DiscardHandler), now: time.Now, lease: DefaultMarkerLease, endedConfirm: DefaultEndedConfirm, heldWait: DefaultHeldWait,
+		progressEvery: DefaultProgressEvery,
 	}
 	for _, o := range opts {
 		o(p)
@@ -563,7 +566,7 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	if len(lanes) > 0 {
 		procCtx, cancel := p.processContext(ctx)
 		defer cancel()
-		run := &batchRun{p: p, b: &b, view: view, plan: pl, outcomes: outcomes, log: log, running: map[int]bool{}}
+		run := &batchRun{p: p, b: &b, view: view, plan: pl, outcomes: outcomes, log: log, running: map[int]bool{}, saved: p.now()}
 		var wg sync.WaitGroup
 		if p.batch != nil {
 			wg.Go(func() { run.waves(ctx, procCtx, lanes) }) // the batch sink (batch.go)
@@ -964,6 +967,10 @@ type batchRun struct {
 	mu        sync.Mutex
 	abandoned bool
 	running   map[int]bool // records whose Process (or parking) is under way
+
+	// Batch-sink progress (progress.go), touched by the waves loop only.
+	saved   time.Time // the run's start or its last saving of progress
+	unsaved []int     // records sent since then
 }
 
 // wait waits for the workers, but not past a quarter margin before ctx's deadline: a Process

@@ -8,34 +8,55 @@ import (
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
-// saveProgress writes, on a run of records that dead invocations named (plan.deaths set: the
-// run retries a batch that killed an invocation), the records of one round of waves that are
-// now processed, as an entry of their own without the run's nonce (it completes no marker, so
-// the run still reads as dead if it dies). A killer is then isolated by halving its batch, and
-// every invocation of a half that holds it dies; without these entries everything it
-// processed before the killer's wave is lost with it and processed again by the next half:
-// duplicates. One ledger write per round, on these runs only; a failed write only loses the
-// saving (the final entry records the same records).
-func (r *batchRun) saveProgress(ctx context.Context, idx []int) {
-	if r.plan.deaths == nil || len(idx) == 0 {
+// DefaultProgressEvery is how much time a batch-sink run spends sending before it saves what it
+// has sent so far (WithProgressEvery). An invocation that dies (a killer record, an out-of-memory
+// kill, a crash) leaves the mapping to retry its batch, and without a saving everything it sent
+// is sent again: the mapping's retry finds no entry for it. With a saving, a death sends again at
+// most this much sink time plus the round it died in. A run whose rounds all fit in this time
+// (the common case: a batch of a few hundred records to SQS) writes nothing more; a slow run pays
+// one ledger write (usually 1 write unit), on the critical path, per this much time.
+const DefaultProgressEvery = time.Second
+
+// WithProgressEvery sets how much sink time a batch-sink run (WithBatchSink) risks before it
+// saves its progress (default DefaultProgressEvery; 0: only runs isolating a death save it).
+func WithProgressEvery(d time.Duration) Option { return func(p *Pipeline) { p.progressEvery = d } }
+
+// saveProgress writes, as an entry of their own without the run's nonce (it completes no marker,
+// so the run still reads as dead if it dies), the records the run has processed since its last
+// saving. It saves after every round on a run of records that dead invocations named
+// (plan.deaths set: the run retries a batch that killed an invocation): a killer is then isolated
+// by halving its batch, and every invocation of a half that holds it dies, so without these
+// entries everything it processed before the killer's round is lost with it and processed again
+// by the next half (duplicates). Any other run saves once progressEvery has passed since its
+// start or its last saving, and only when records are left for a later round (the final entry
+// follows at once otherwise): a first death, which nothing could foresee, then sends again at
+// most that much work. idx are the records of the round just sent; more reports records left.
+// A failed write only loses the saving (the final entry records the same records).
+func (r *batchRun) saveProgress(ctx context.Context, idx []int, more bool) {
+	r.unsaved = append(r.unsaved, idx...)
+	isolating := r.plan.deaths != nil
+	due := more && r.p.progressEvery > 0 && r.p.now().Sub(r.saved) >= r.p.progressEvery
+	if !isolating && !due {
 		return
 	}
 	var done []recordid.ID
-	for _, i := range idx {
+	for _, i := range r.unsaved {
 		if r.outcomes[i].status == statusProcessed {
 			done = append(done, r.b.Records[i].ID)
 		}
 	}
+	r.unsaved = r.unsaved[:0]
+	r.saved = r.p.now()
 	if len(done) == 0 {
 		return
 	}
 	slices.SortFunc(done, recordid.Compare)
 	e := Entry{First: r.b.Records[0].ID.Seq, Last: r.b.Records[len(r.b.Records)-1].ID.Seq, Done: done, Source: r.b.Source}
-	// Before the next round, not beside it: a write still in flight when the killer's wave
+	// Before the next round, not beside it: a write still in flight when the killer's round
 	// takes the runtime down is lost with it.
 	if err := r.p.ledger.Record(ctx, r.b.Shard, e); err != nil {
-		r.log.WarnContext(ctx, "saving the progress of an isolating run failed; a death now would process these records again",
-			"records", len(done), "error", err)
+		r.log.WarnContext(ctx, "saving the progress of a run failed; a death now would process these records again",
+			"records", len(done), "isolating", isolating, "error", err)
 	}
 }
 
