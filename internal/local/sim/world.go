@@ -103,6 +103,7 @@ type Config struct {
 	Mutation          string
 	HoldKey           bool         // ON_PARK=hold-key: a parked record holds its key; per-key order is checked
 	Redrive           bool         // with HoldKey: an operator redrive session at 4, 6 and 8 minutes
+	BatchSink         bool         // the consumer and replays hand the records over in waves (pipeline.WithBatchSink), as the deployed bridge does
 	Suppress          map[int]bool // fault ordinals not applied (shrinking)
 }
 
@@ -137,6 +138,9 @@ func Defaults(seed uint64) Config {
 		c.Retention = ShortRetention
 	}
 	c.Redrive = c.HoldKey && r.IntN(2) == 0
+	// From a stream of its own, so that the draws above (and the runs of seeds recorded before
+	// the batch form was simulated) keep their values.
+	c.BatchSink = rand.New(rand.NewPCG(seed, 8)).IntN(2) == 0
 	return c
 }
 
@@ -146,6 +150,9 @@ func Defaults(seed uint64) Config {
 // spans expire unseen in most runs.
 func WithMutation(cfg Config, mutation string) Config {
 	cfg.Mutation = mutation
+	if mutation != "" {
+		cfg.BatchSink = false // the per-record form, in which each shape was found to take the defect's path
+	}
 	switch mutation {
 	case MutationDropHold:
 		cfg.HoldKey = true
@@ -254,6 +261,25 @@ func (w *world) process(ctx context.Context, r pipeline.Record) error {
 	return nil
 }
 
+// sinkChunk is the batch form's request size, SendMessageBatch's 10 entries as the bridge's.
+const sinkChunk = 10
+
+// sink is the batch form of process (pipeline.BatchFunc): it sends a wave's records one after
+// another, as a bridge's requests complete, so a killer takes the sandbox down in the middle of a
+// wave: the records before it have had their effect, the ones after it have not.
+func (w *world) sink(ctx context.Context, recs []pipeline.Record) []error {
+	errs := make([]error, len(recs))
+	for j, r := range recs {
+		if errs[j] = w.process(ctx, r); errors.Is(errs[j], errDied) {
+			for k := j + 1; k < len(recs); k++ {
+				errs[k] = errDied
+			}
+			break
+		}
+	}
+	return errs
+}
+
 func (w *world) ddbFor(mutation bool) any {
 	c := ddbClient{s: w.s, m: w.ddb}
 	if !mutation {
@@ -273,6 +299,9 @@ func (w *world) pipeline(ddb any, source string) (*pipeline.Pipeline, *checkpoin
 	opts := []pipeline.Option{pipeline.WithLogger(w.log), pipeline.WithClaimer(ledger)}
 	if w.cfg.HoldKey {
 		opts = append(opts, pipeline.WithHoldKey(pipeline.HoldStore{H: dedupe.NewHolds(d.(holdsAPI), ledgerTable)}))
+	}
+	if w.cfg.BatchSink {
+		opts = append(opts, pipeline.WithBatchSink(w.sink, sinkChunk))
 	}
 	p, err := pipeline.New(ledger, pipeline.CheckpointStore{S: cps}, park.New(sqsClient{s: w.s, m: w.q}, w.parkedURL), w.process,
 		pipeline.Config{MaxRecordAttempts: w.cfg.MaxRecordAttempts, MaxConcurrency: 2, DeadlineMargin: 2 * time.Second}, opts...)
