@@ -298,7 +298,7 @@ func (s *Sched) loop(stop func() bool) {
 // before it is applied or be applied with its response lost; like the SDK's retryer, a failed
 // attempt is retried (after a backoff) up to sdkAttempts, and the caller sees the last error.
 func call[T any](ctx context.Context, s *Sched, op, detail string, write bool, f func() (T, error)) (T, error) {
-	site := callSite(op)
+	site := op + " " + callerSite()
 	var zero T
 	var last error
 	for attempt := range sdkAttempts {
@@ -322,65 +322,31 @@ func call[T any](ctx context.Context, s *Sched, op, detail string, write bool, f
 	return zero, last
 }
 
-// siteKey names a call site: the operation and the program counter of the first product frame
-// (0 when none was found).
-type siteKey struct {
-	op string
-	pc uintptr
-}
+var siteCache sync.Map // pc -> site name
 
-var (
-	frameCache sync.Map // pc -> product function name, "" for a frame outside the product
-	siteCache  sync.Map // siteKey -> "op function"
-)
-
-// callSite is op followed by the first product function on the stack (outside this package and
-// the SDK adapters), e.g. "dynamodb PutItem dedupe.(*Ledger).Mark". It runs on every simulated
-// call, so it unwinds a few frames first (the product is usually the adapter's caller) and the
-// whole depth only when they hold no product frame, and it builds each name once.
-func callSite(op string) string {
+// callerSite names the first product function on the stack (outside this package and the SDK
+// adapters), e.g. "dedupe.(*Ledger).Mark".
+func callerSite() string {
 	var pcs [12]uintptr
-	n := runtime.Callers(3, pcs[:4])
-	pc, ok := productFrame(pcs[:n])
-	if !ok && n == 4 {
-		n = runtime.Callers(3, pcs[:])
-		pc, ok = productFrame(pcs[:n])
-	}
-	k := siteKey{op: op}
-	if ok {
-		k.pc = pc
-	}
-	if v, ok := siteCache.Load(k); ok {
-		return v.(string)
-	}
-	name := "?"
-	if ok {
-		v, _ := frameCache.Load(pc)
-		name = v.(string)
-	}
-	site := op + " " + name
-	siteCache.Store(k, site)
-	return site
-}
-
-// productFrame returns the first of pcs that lies in a product function.
-func productFrame(pcs []uintptr) (uintptr, bool) {
-	for _, pc := range pcs {
-		v, ok := frameCache.Load(pc)
-		if !ok {
-			name := ""
-			if fn := runtime.FuncForPC(pc - 1); fn != nil {
-				full := fn.Name()
-				if strings.HasPrefix(full, "github.com/gapless-dev/gapless/") && !strings.Contains(full, "/internal/local/") {
-					name = full[strings.LastIndex(full, "/")+1:]
-				}
+	n := runtime.Callers(3, pcs[:])
+	for _, pc := range pcs[:n] {
+		if v, ok := siteCache.Load(pc); ok {
+			if v.(string) == "" {
+				continue
 			}
-			frameCache.Store(pc, name)
-			v = name
+			return v.(string)
 		}
-		if v.(string) != "" {
-			return pc, true
+		name := ""
+		if fn := runtime.FuncForPC(pc - 1); fn != nil {
+			full := fn.Name()
+			if strings.HasPrefix(full, "github.com/gapless-dev/gapless/") && !strings.Contains(full, "/internal/local/") {
+				name = full[strings.LastIndex(full, "/")+1:]
+			}
+		}
+		siteCache.Store(pc, name)
+		if name != "" {
+			return name
 		}
 	}
-	return 0, false
+	return "?"
 }
