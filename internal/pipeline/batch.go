@@ -133,9 +133,9 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 			behind[k] = r.nextBehind(&r.outcomes[head[k]], behind[k]) // parked: it holds its key
 			head[k], pos[k] = -1, pos[k]+1
 		}
-		more := false // records left for a later round
+		more := false // records left for the sink in a later round (a blocked lane's fail unsent)
 		for k := range lanes {
-			more = more || pos[k] < len(lanes[k])
+			more = more || (pos[k] < len(lanes[k]) && !blocked[k])
 		}
 		r.saveProgress(ctx, sent, more) // progress.go
 	}

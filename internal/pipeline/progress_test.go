@@ -27,8 +27,10 @@ func TestBatchSinkSavesProgressOfASlowRun(t *testing.T) {
 		every     time.Duration
 		round     time.Duration
 		die       bool
-		wantDone  int // records the ledger shows done after the run
-		wantSaves int // ledger writes before the final entry
+		wantDone  int    // records the ledger shows done after the run
+		wantSaves int    // ledger writes before the final entry
+		fail      string // a record the sink always fails
+		wantCalls int    // sink calls (0: 3)
 	}{
 		"slow rounds, death in the third":    {every: every, round: 300 * time.Millisecond, die: true, wantDone: 4, wantSaves: 2},
 		"slow rounds, no death":              {every: every, round: 300 * time.Millisecond, wantDone: 6, wantSaves: 2},
@@ -36,6 +38,10 @@ func TestBatchSinkSavesProgressOfASlowRun(t *testing.T) {
 		"quick rounds, death in the third":   {every: every, round: 10 * time.Millisecond, die: true, wantDone: 0, wantSaves: 0},
 		"quick rounds, no death":             {every: every, round: 10 * time.Millisecond, wantDone: 6, wantSaves: 0},
 		"saving off, death in the third":     {every: 0, round: time.Second, die: true, wantDone: 0, wantSaves: 0},
+		// Records 1 (key k1), 2 and 3 (key k0): record 2 fails in the first round, so k0 is
+		// blocked and record 3 will not be sent. That round is the last that sends: nothing is
+		// saved after it, however long it took.
+		"slow rounds, the last key left blocked": {every: every, round: 300 * time.Millisecond, fail: seq(2), wantCalls: 1, wantDone: 1, wantSaves: 0},
 	}
 	errKilled := errors.New("the runtime died")
 	for name, tc := range tests {
@@ -55,7 +61,7 @@ func TestBatchSinkSavesProgressOfASlowRun(t *testing.T) {
 				writes.Add(1)
 				return nil
 			}
-			s := &sink{before: func([]pipeline.Record) {
+			s := &sink{fail: map[string]int{tc.fail: -1}, before: func([]pipeline.Record) {
 				clock.Add(int64(tc.round))
 				if calls.Add(1) == 3 && tc.die {
 					dead.Store(true)
@@ -64,13 +70,20 @@ func TestBatchSinkSavesProgressOfASlowRun(t *testing.T) {
 			p := e.batchPipeline(t, s, cfg(), 10,
 				pipeline.WithClock(func() time.Time { return time.Unix(0, clock.Load()) }),
 				pipeline.WithProgressEvery(tc.every))
-			b := batch(6, func(i int) string { return fmt.Sprint("k", i%2) })
+			n, key := 6, func(i int) string { return fmt.Sprint("k", i%2) }
+			if tc.fail != "" {
+				n, key = 3, func(i int) string { return fmt.Sprint("k", min(i, 2)%2) }
+			}
+			b := batch(n, key)
 			_, err := p.Run(context.Background(), b)
 			if !tc.die && err != nil {
 				t.Fatal(err)
 			}
-			if got := s.calls(); got != 3 {
-				t.Fatalf("%d sink calls, want 3 rounds", got)
+			if tc.wantCalls == 0 {
+				tc.wantCalls = 3
+			}
+			if got := s.calls(); got != tc.wantCalls {
+				t.Fatalf("%d sink calls, want %d rounds", got, tc.wantCalls)
 			}
 			saves := int(writes.Load())
 			if !tc.die {
@@ -80,12 +93,12 @@ func TestBatchSinkSavesProgressOfASlowRun(t *testing.T) {
 				t.Errorf("%d savings of progress, want %d", saves, tc.wantSaves)
 			}
 			dead.Store(false)
-			v, err := e.ledger.Lookup(context.Background(), shard, seq(1), seq(6))
+			v, err := e.ledger.Lookup(context.Background(), shard, seq(1), seq(n))
 			if err != nil {
 				t.Fatal(err)
 			}
 			done := 0
-			for i := 1; i <= 6; i++ {
+			for i := 1; i <= n; i++ {
 				if v.Done(id(i)) {
 					done++
 					if tc.die && i > 4 {
