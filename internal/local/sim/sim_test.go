@@ -85,8 +85,8 @@ func report(t *testing.T, cfg Config, res Result) {
 	if len(res.Violations) > 10 {
 		fmt.Fprintf(&b, "  ... %d violations in all\n", len(res.Violations))
 	}
-	fmt.Fprintf(&b, "  shape: shards %d records %d keys %d split %v PF %d batch %d retries %d bisect %v attempts %d retention %s hold-key %v batch sink %v\n",
-		cfg.Shards, cfg.Records, cfg.Keys, cfg.Split, cfg.Parallelization, cfg.BatchSize, cfg.MaxRetry, cfg.Bisect, cfg.MaxRecordAttempts, cfg.Retention, cfg.HoldKey, cfg.BatchSink)
+	fmt.Fprintf(&b, "  shape: shards %d records %d keys %d split %v PF %d batch %d retries %d bisect %v attempts %d retention %s hold-key %v batch sink %v (waves of %s)\n",
+		cfg.Shards, cfg.Records, cfg.Keys, cfg.Split, cfg.Parallelization, cfg.BatchSize, cfg.MaxRetry, cfg.Bisect, cfg.MaxRecordAttempts, cfg.Retention, cfg.HoldKey, cfg.BatchSink, cfg.SinkWait)
 	fmt.Fprintf(&b, "  minimal fault schedule (%d faults; %d removed by shrinking):\n", len(res.Faults), len(cfg.Suppress))
 	for _, f := range res.Faults {
 		fmt.Fprintf(&b, "    %s\n", f)

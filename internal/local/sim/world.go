@@ -101,10 +101,11 @@ type Config struct {
 	Schedule          time.Duration // reconciler pass interval
 	Faults            Faults
 	Mutation          string
-	HoldKey           bool         // ON_PARK=hold-key: a parked record holds its key; per-key order is checked
-	Redrive           bool         // with HoldKey: an operator redrive session at 4, 6 and 8 minutes
-	BatchSink         bool         // the consumer and replays hand the records over in waves (pipeline.WithBatchSink), as the deployed bridge does
-	Suppress          map[int]bool // fault ordinals not applied (shrinking)
+	HoldKey           bool          // ON_PARK=hold-key: a parked record holds its key; per-key order is checked
+	Redrive           bool          // with HoldKey: an operator redrive session at 4, 6 and 8 minutes
+	BatchSink         bool          // the consumer and replays hand the records over in waves (pipeline.WithBatchSink), as the deployed bridge does
+	SinkWait          time.Duration // with BatchSink: how long each wave takes, so that slow runs save their progress between waves
+	Suppress          map[int]bool  // fault ordinals not applied (shrinking)
 }
 
 var debug = os.Getenv("SIM_DEBUG") != ""
@@ -140,7 +141,11 @@ func Defaults(seed uint64) Config {
 	c.Redrive = c.HoldKey && r.IntN(2) == 0
 	// From a stream of its own, so that the draws above (and the runs of seeds recorded before
 	// the batch form was simulated) keep their values.
-	c.BatchSink = rand.New(rand.NewPCG(seed, 8)).IntN(2) == 0
+	bs := rand.New(rand.NewPCG(seed, 8))
+	c.BatchSink = bs.IntN(2) == 0
+	if c.BatchSink && bs.IntN(2) == 0 {
+		c.SinkWait = time.Second // each wave that leaves another passes pipeline.DefaultProgressEvery
+	}
 	return c
 }
 
@@ -264,11 +269,18 @@ func (w *world) process(ctx context.Context, r pipeline.Record) error {
 // sinkChunk is the batch form's request size, SendMessageBatch's 10 entries as the bridge's.
 const sinkChunk = 10
 
-// sink is the batch form of process (pipeline.BatchFunc): it sends a wave's records one after
-// another, as a bridge's requests complete, so a killer takes the sandbox down in the middle of a
-// wave: the records before it have had their effect, the ones after it have not.
+// sink is the batch form of process (pipeline.BatchFunc): after SinkWait (the wave's requests
+// in flight) it sends a wave's records one after another, as a bridge's requests complete, so a
+// killer takes the sandbox down in the middle of a wave: the records before it have had their
+// effect, the ones after it have not.
 func (w *world) sink(ctx context.Context, recs []pipeline.Record) []error {
 	errs := make([]error, len(recs))
+	if w.cfg.SinkWait > 0 && !sleep(ctx, w.cfg.SinkWait) {
+		for j := range errs {
+			errs[j] = ctx.Err() // not sent
+		}
+		return errs
+	}
 	for j, r := range recs {
 		if errs[j] = w.process(ctx, r); errors.Is(errs[j], errDied) {
 			for k := j + 1; k < len(recs); k++ {
