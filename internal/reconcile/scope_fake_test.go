@@ -4,8 +4,9 @@ import (
 	"fmt"
 
 	"context"
-	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"time"
+
+	"github.com/gapless-dev/gapless/internal/checkpoint"
 
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
