@@ -214,7 +214,16 @@ type entrySets struct {
 	parks                       []Park // sorted by id
 }
 
-func (l *Ledger) validate(shard recordid.Shard, e Entry) (entrySets, error) {
+// Validate reports whether Record accepts e for shard: its range, source and form (ids of the
+// shard inside the range, sorted and unique once sorted, Parked within Done, ParkedByRef within
+// Parked, well-formed parks of parked records), without writing anything. An in-memory ledger
+// standing in for this one refuses what it refuses.
+func (e Entry) Validate(shard recordid.Shard) error {
+	_, err := validateEntry(shard, e)
+	return err
+}
+
+func validateEntry(shard recordid.Shard, e Entry) (entrySets, error) {
 	var s entrySets
 	if err := shard.Validate(); err != nil {
 		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -284,7 +293,7 @@ func notSubset(sub, super []recordid.ID) (recordid.ID, bool) {
 // stored. Parts stored before a failure stay: each is true on its own, so a retry of the
 // whole entry only adds a duplicate record of the same facts.
 func (l *Ledger) Record(ctx context.Context, shard recordid.Shard, e Entry) error {
-	sets, err := l.validate(shard, e)
+	sets, err := validateEntry(shard, e)
 	if err != nil {
 		return fmt.Errorf("dedupe: record %s %s..%s: %w", shard, e.First, e.Last, err)
 	}

@@ -45,14 +45,10 @@ type Marker struct {
 
 // MarkerState is a marker as Lookup found it.
 type MarkerState struct {
-	Nonce string
-	// First and Last are the sequence range the invocation was given (its batch; "" when the
-	// item's keys do not decode).
-	First, Last       string
-	IDs               []recordid.ID // its ids inside the looked-up range, sorted
-	Size              int           // all its ids, inside the range or not
-	Started, Deadline time.Time
-	Source            string
+	// Marker is the marker as written, except: First and Last are "" when the item's keys do
+	// not decode, and IDs holds only its ids inside the looked-up range, sorted.
+	Marker
+	Size int // all its ids, inside the range or not
 	// Completed: an entry with the marker's nonce was read by the same Lookup (the invocation
 	// recorded its outcome).
 	Completed bool
@@ -76,37 +72,53 @@ func validNonce(n string) bool {
 // NewNonce returns a random nonce for an invocation's marker and entry.
 func NewNonce() string { return randomNonce() }
 
-// Mark writes m for shard with one PutItem (an overwrite of the same nonce replaces it: an
-// invocation narrowing what it will run rewrites its marker).
-func (l *Ledger) Mark(ctx context.Context, shard recordid.Shard, m Marker) error {
+// Validate reports whether Mark accepts m for shard (nonce, source, range, ids of the shard
+// inside it), without writing anything. An in-memory ledger standing in for this one refuses
+// what it refuses.
+func (m Marker) Validate(shard recordid.Shard) error {
+	_, err := validateMarker(shard, m)
+	return err
+}
+
+// validateMarker checks m and returns its ids sorted.
+func validateMarker(shard recordid.Shard, m Marker) ([]recordid.ID, error) {
 	if err := shard.Validate(); err != nil {
-		return fmt.Errorf("dedupe: mark: %w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("dedupe: mark: %w: %w", ErrInvalid, err)
 	}
 	if !validNonce(m.Nonce) {
-		return fmt.Errorf("dedupe: mark %s: %w: nonce %q", shard, ErrInvalid, m.Nonce)
+		return nil, fmt.Errorf("dedupe: mark %s: %w: nonce %q", shard, ErrInvalid, m.Nonce)
 	}
 	switch m.Source {
 	case SourceConsumer, SourceReconciler, SourceRedrive:
 	default:
-		return fmt.Errorf("dedupe: mark %s: %w: source %q", shard, ErrInvalid, m.Source)
+		return nil, fmt.Errorf("dedupe: mark %s: %w: source %q", shard, ErrInvalid, m.Source)
 	}
-	firstEnc, err := seqnum.Encode(m.First)
-	if err != nil {
-		return fmt.Errorf("dedupe: mark %s: %w: first: %w", shard, ErrInvalid, err)
-	}
-	lastEnc, err := seqnum.Encode(m.Last)
-	if err != nil {
-		return fmt.Errorf("dedupe: mark %s: %w: last: %w", shard, ErrInvalid, err)
+	for _, v := range []struct{ name, seq string }{{"first", m.First}, {"last", m.Last}} {
+		if err := seqnum.Validate(v.seq); err != nil {
+			return nil, fmt.Errorf("dedupe: mark %s: %w: %s: %w", shard, ErrInvalid, v.name, err)
+		}
 	}
 	ids, err := sortedUnique(m.IDs)
 	if err != nil {
-		return fmt.Errorf("dedupe: mark %s: %w", shard, err)
+		return nil, fmt.Errorf("dedupe: mark %s: %w", shard, err)
 	}
 	for _, id := range ids {
 		if id.ShardID != shard.ShardID || seqnum.Compare(id.Seq, m.First) < 0 || seqnum.Compare(id.Seq, m.Last) > 0 {
-			return fmt.Errorf("dedupe: mark %s: %w: record %s outside %s..%s of the shard", shard, ErrInvalid, id, m.First, m.Last)
+			return nil, fmt.Errorf("dedupe: mark %s: %w: record %s outside %s..%s of the shard", shard, ErrInvalid, id, m.First, m.Last)
 		}
 	}
+	return ids, nil
+}
+
+// Mark writes m for shard with one PutItem (an overwrite of the same nonce replaces it: an
+// invocation narrowing what it will run rewrites its marker).
+func (l *Ledger) Mark(ctx context.Context, shard recordid.Shard, m Marker) error {
+	ids, err := validateMarker(shard, m)
+	if err != nil {
+		return err
+	}
+	firstEnc, _ := seqnum.Encode(m.First) // validated
+	lastEnc, _ := seqnum.Encode(m.Last)
 	item := map[string]types.AttributeValue{
 		schema.PartitionKey: &types.AttributeValueMemberS{Value: partitionKey(shard)},
 		schema.SortKey:      &types.AttributeValueMemberS{Value: lastEnc + "#" + kindMarker + "#" + m.Nonce},
@@ -169,7 +181,7 @@ func (b *rangeBuilder) addMarker(it map[string]types.AttributeValue, nonce strin
 	if err != nil {
 		return fmt.Errorf("%s: %w", attrInFlight, err)
 	}
-	m := MarkerState{Nonce: nonce, Size: int(size), Started: st, Deadline: dl, Source: stringAttr(it, attrSource)}
+	m := MarkerState{Marker: Marker{Nonce: nonce, Started: st, Deadline: dl, Source: stringAttr(it, attrSource)}, Size: int(size)}
 	if first, err := seqnum.Decode(stringAttr(it, attrFirstEnc)); err == nil {
 		m.First = first
 	}

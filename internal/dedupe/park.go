@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/seqnum"
 )
@@ -30,16 +31,11 @@ import (
 // An item holding park records lives at least ParkTTL (WithParkTTL), longer than the parked
 // queue keeps a message, so the record confirming a message exists as long as the message.
 
-// Park is one recorded park of a record.
+// Park is one recorded park of a record: the record and its park's receipt (the receipt the
+// parker returned, park.Result.Receipt; PayloadS3 nil when the message carries the payload).
 type Park struct {
-	ID        recordid.ID
-	ParkID    string
-	Bytes     int
-	SHA256    string // hex SHA-256 of the payload
-	KeySHA256 string // hex SHA-256 of the partition key's bytes
-	// Bucket and Key name the S3 object holding the payload; both empty when the message
-	// carries it inline.
-	Bucket, Key string
+	ID      recordid.ID
+	Receipt park.Receipt
 }
 
 // DefaultParkTTL is the least lifetime of an item holding park records: the payload bucket's
@@ -73,16 +69,17 @@ func validHex(s string, n int) bool {
 }
 
 // validatePark checks what redrive will compare against.
-func validatePark(p Park) error {
+func validatePark(pk Park) error {
+	p, ptr := pk.Receipt, pk.Receipt.PayloadS3
 	switch {
 	case p.ParkID == "" || len(p.ParkID) > 64:
-		return fmt.Errorf("%w: park of %s: park id %q", ErrInvalid, p.ID, p.ParkID)
+		return fmt.Errorf("%w: park of %s: park id %q", ErrInvalid, pk.ID, p.ParkID)
 	case p.Bytes < 0:
-		return fmt.Errorf("%w: park of %s: %d bytes", ErrInvalid, p.ID, p.Bytes)
+		return fmt.Errorf("%w: park of %s: %d bytes", ErrInvalid, pk.ID, p.Bytes)
 	case !validHex(p.SHA256, 64) || !validHex(p.KeySHA256, 64):
-		return fmt.Errorf("%w: park of %s: digests %q %q", ErrInvalid, p.ID, p.SHA256, p.KeySHA256)
-	case (p.Bucket == "") != (p.Key == ""):
-		return fmt.Errorf("%w: park of %s: payload object s3://%s/%s", ErrInvalid, p.ID, p.Bucket, p.Key)
+		return fmt.Errorf("%w: park of %s: digests %q %q", ErrInvalid, pk.ID, p.SHA256, p.KeySHA256)
+	case ptr != nil && (ptr.Bucket == "" || ptr.Key == ""):
+		return fmt.Errorf("%w: park of %s: payload object s3://%s/%s", ErrInvalid, pk.ID, ptr.Bucket, ptr.Key)
 	}
 	return nil
 }
@@ -133,8 +130,11 @@ func parksWithinSeq(parks []Park, lo, hi string) []Park {
 func encodeParks(parks []Park) []byte {
 	js := make([]parkJSON, len(parks))
 	for i, p := range parks {
-		js[i] = parkJSON{Seq: p.ID.Seq, Sub: p.ID.Sub, ParkID: p.ParkID, Bytes: p.Bytes, SHA256: p.SHA256,
-			KeySHA: p.KeySHA256, Bucket: p.Bucket, Key: p.Key}
+		r := p.Receipt
+		js[i] = parkJSON{Seq: p.ID.Seq, Sub: p.ID.Sub, ParkID: r.ParkID, Bytes: r.Bytes, SHA256: r.SHA256, KeySHA: r.KeySHA256}
+		if r.PayloadS3 != nil {
+			js[i].Bucket, js[i].Key = r.PayloadS3.Bucket, r.PayloadS3.Key
+		}
 	}
 	b, _ := json.Marshal(js) // strings and numbers only: cannot fail
 	return b
@@ -152,8 +152,11 @@ func decodeParks(b []byte, shardID, first, last string) ([]Park, error) {
 		if err := seqnum.Validate(j.Seq); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, attrParks, err)
 		}
-		p := Park{ID: recordid.ID{ShardID: shardID, Seq: j.Seq, Sub: j.Sub}, ParkID: j.ParkID, Bytes: j.Bytes,
-			SHA256: j.SHA256, KeySHA256: j.KeySHA, Bucket: j.Bucket, Key: j.Key}
+		p := Park{ID: recordid.ID{ShardID: shardID, Seq: j.Seq, Sub: j.Sub},
+			Receipt: park.Receipt{ParkID: j.ParkID, Bytes: j.Bytes, SHA256: j.SHA256, KeySHA256: j.KeySHA}}
+		if j.Bucket != "" || j.Key != "" {
+			p.Receipt.PayloadS3 = &park.Pointer{Bucket: j.Bucket, Key: j.Key}
+		}
 		if err := validatePark(p); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, attrParks, err)
 		}

@@ -3,6 +3,7 @@ package dedupe
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,12 +12,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/schema"
 )
 
 func testPark(seq string, parkID string) Park {
-	return Park{ID: rid(seq, 0), ParkID: parkID, Bytes: 3, SHA256: strings.Repeat("a", 64), KeySHA256: strings.Repeat("b", 64)}
+	return Park{ID: rid(seq, 0), Receipt: park.Receipt{ParkID: parkID, Bytes: 3, SHA256: strings.Repeat("a", 64), KeySHA256: strings.Repeat("b", 64)}}
 }
 
 // TestParkRecordsRoundTrip: the ledger keeps each park of a record (park id, payload length and
@@ -29,7 +31,7 @@ func TestParkRecordsRoundTrip(t *testing.T) {
 	now := start
 	l, client, _, table := newStackLedger(t, WithMaxItemBytes(1200), WithClock(func() time.Time { return now }))
 	inS3 := testPark(seqAt(40), "00000000000000b2")
-	inS3.Bucket, inS3.Key = "payloads", "parked/app/orders/"+testShardID+"/"+seqAt(40)+"-0/00000000000000b2"
+	inS3.Receipt.PayloadS3 = &park.Pointer{Bucket: "payloads", Key: "parked/app/orders/" + testShardID + "/" + seqAt(40) + "-0/00000000000000b2"}
 	e := Entry{First: seqAt(0), Last: seqAt(300), Source: SourceConsumer, Done: ids(0, 300),
 		Parked: []recordid.ID{rid(seqAt(3), 0), rid(seqAt(40), 0)},
 		Parks:  []Park{testPark(seqAt(3), "00000000000000a1"), inS3}}
@@ -49,10 +51,10 @@ func TestParkRecordsRoundTrip(t *testing.T) {
 		t.Fatalf("%d items: the entry was not split as the test needs", r.Stats().Entries)
 	}
 	got := r.Parks(rid(seqAt(3), 0))
-	if len(got) != 2 || !((got[0].ParkID == "00000000000000a1" && got[1].ParkID == "00000000000000c3") || (got[1].ParkID == "00000000000000a1" && got[0].ParkID == "00000000000000c3")) {
+	if len(got) != 2 || !((got[0].Receipt.ParkID == "00000000000000a1" && got[1].Receipt.ParkID == "00000000000000c3") || (got[1].Receipt.ParkID == "00000000000000a1" && got[0].Receipt.ParkID == "00000000000000c3")) {
 		t.Fatalf("parks of %s: %+v, want both recorded parks", seqAt(3), got)
 	}
-	if g := r.Parks(rid(seqAt(40), 0)); len(g) != 1 || g[0] != inS3 {
+	if g := r.Parks(rid(seqAt(40), 0)); len(g) != 1 || !reflect.DeepEqual(g[0], inS3) {
 		t.Fatalf("parks of %s: %+v, want %+v", seqAt(40), g, inS3)
 	}
 	if g := r.Parks(rid(seqAt(4), 0)); len(g) != 0 {
@@ -108,8 +110,8 @@ func TestRecordRejectsInvalidParks(t *testing.T) {
 	for name, p := range map[string]Park{
 		"not parked":  testPark(seqAt(4), "00000000000000a1"),
 		"no park id":  testPark(seqAt(3), ""),
-		"bad digest":  {ID: rid(seqAt(3), 0), ParkID: "x", SHA256: "zz", KeySHA256: strings.Repeat("b", 64)},
-		"half object": {ID: rid(seqAt(3), 0), ParkID: "x", SHA256: strings.Repeat("a", 64), KeySHA256: strings.Repeat("b", 64), Bucket: "b"},
+		"bad digest":  {ID: rid(seqAt(3), 0), Receipt: park.Receipt{ParkID: "x", SHA256: "zz", KeySHA256: strings.Repeat("b", 64)}},
+		"half object": {ID: rid(seqAt(3), 0), Receipt: park.Receipt{ParkID: "x", SHA256: strings.Repeat("a", 64), KeySHA256: strings.Repeat("b", 64), PayloadS3: &park.Pointer{Bucket: "b"}}},
 	} {
 		e := base
 		e.Parks = []Park{p}

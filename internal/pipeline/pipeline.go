@@ -60,6 +60,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gapless-dev/gapless/internal/dedupe"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -114,11 +115,11 @@ const (
 	releaseTimeout = 2 * time.Second
 )
 
-// Sources of a batch, written to the ledger and to parked messages.
+// Sources of a batch, written to the ledger and to parked messages: the ledger's own names.
 const (
-	SourceConsumer   = "consumer"
-	SourceReconciler = "reconciler"
-	SourceRedrive    = "redrive"
+	SourceConsumer   = dedupe.SourceConsumer
+	SourceReconciler = dedupe.SourceReconciler
+	SourceRedrive    = dedupe.SourceRedrive
 )
 
 // Record is one user record: a Kinesis record, or one user record of a KPL aggregate.
@@ -169,24 +170,14 @@ type View interface {
 	Attempts(id recordid.ID) int
 }
 
-// Entry is what one run did, written to the ledger in one call.
-type Entry struct {
-	First, Last string        // the batch's sequence range
-	Done        []recordid.ID // processed, parked or business-key duplicates in this run, sorted
-	Parked      []recordid.ID // subset of Done parked in this run
-	ParkedByRef []recordid.ID // subset of Parked parked without payload
-	Failed      []recordid.ID // failed attempts in this run (each listing is one attempt), parked ones included
-	Source      string
-	Nonce       string // the run's marker nonce: the entry completes the marker (empty: none)
-	// Parks are the parks of this run's Parked records (their receipts), recorded with them.
-	Parks []ParkRecord
-}
+// Entry is what one run did, written to the ledger in one call: Done (processed, parked or
+// business-key duplicates, sorted), the subsets Parked and ParkedByRef, Failed (one listing is
+// one failed attempt), and Nonce, the run's marker nonce, which the entry completes. The type is
+// the ledger's (internal/dedupe), so what the pipeline decides is what is stored.
+type Entry = dedupe.Entry
 
 // ParkRecord is one park the ledger records: the record and its park's receipt.
-type ParkRecord struct {
-	ID      recordid.ID
-	Receipt park.Receipt
-}
+type ParkRecord = dedupe.Park
 
 // ParkView is implemented by the Views of a ledger that records parks (DedupeLedger,
 // pipelinetest.Ledger): every recorded park of id.
@@ -197,25 +188,13 @@ type ParkView interface {
 // Marker is an invocation's in-flight marker: written before Process runs (in parallel with the
 // Lookup), naming the exact records it is about to work on and its deadline. The entry of the
 // same Nonce completes it; a marker past Deadline (plus DeadGrace) without one is a dead
-// invocation.
-type Marker struct {
-	Nonce       string
-	First, Last string        // the batch's range
-	IDs         []recordid.ID // sorted
-	Started     time.Time
-	Deadline    time.Time
-	Source      string
-}
+// invocation. Its IDs are sorted. The type is the ledger's (internal/dedupe).
+type Marker = dedupe.Marker
 
-// MarkerState is a marker found by a Lookup.
-type MarkerState struct {
-	Marker         // IDs: only those inside the looked-up range
-	Size      int  // number of ids the marker names in all
-	Completed bool // an entry of the same nonce exists
-	// CompletedAt is when that entry was written (the run's end; zero: not known, an entry
-	// written without the time).
-	CompletedAt time.Time
-}
+// MarkerState is a marker found by a Lookup: IDs only those inside the looked-up range, Size
+// the number it names in all, Completed when an entry of its nonce exists (CompletedAt: when
+// it was written; zero when not known).
+type MarkerState = dedupe.MarkerState
 
 // Marking is implemented by ledgers that keep in-flight markers (DedupeLedger,
 // pipelinetest.Ledger). A Ledger without it runs without markers: crashes are then not counted.

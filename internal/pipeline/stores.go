@@ -23,30 +23,15 @@ var (
 	_ ParkView   = dedupeView{}
 )
 
-// dedupeView is a *dedupe.Range (its Parked, Each, ... stay reachable) with Markers in the
-// pipeline's terms.
+// dedupeView is a *dedupe.Range (its Markers, Parked, Each, ... stay reachable) with its parks
+// as park receipts.
 type dedupeView struct{ *dedupe.Range }
 
 // ParkReceipts implements ParkView.
 func (v dedupeView) ParkReceipts(id recordid.ID) []park.Receipt {
 	var out []park.Receipt
 	for _, p := range v.Range.Parks(id) {
-		r := park.Receipt{ParkID: p.ParkID, Bytes: p.Bytes, SHA256: p.SHA256, KeySHA256: p.KeySHA256}
-		if p.Bucket != "" {
-			r.PayloadS3 = &park.Pointer{Bucket: p.Bucket, Key: p.Key}
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// Markers implements MarkerView.
-func (v dedupeView) Markers() []MarkerState {
-	ms := v.Range.Markers()
-	out := make([]MarkerState, len(ms))
-	for i, m := range ms {
-		out[i] = MarkerState{Marker: Marker{Nonce: m.Nonce, First: m.First, Last: m.Last, IDs: m.IDs, Started: m.Started, Deadline: m.Deadline, Source: m.Source},
-			Size: m.Size, Completed: m.Completed, CompletedAt: m.CompletedAt}
+		out = append(out, p.Receipt)
 	}
 	return out
 }
@@ -65,24 +50,12 @@ func (d DedupeLedger) Lookup(ctx context.Context, shard recordid.Shard, first, l
 
 // Record implements Ledger.
 func (d DedupeLedger) Record(ctx context.Context, shard recordid.Shard, e Entry) error {
-	var parks []dedupe.Park
-	for _, p := range e.Parks {
-		dp := dedupe.Park{ID: p.ID, ParkID: p.Receipt.ParkID, Bytes: p.Receipt.Bytes, SHA256: p.Receipt.SHA256, KeySHA256: p.Receipt.KeySHA256}
-		if p.Receipt.PayloadS3 != nil {
-			dp.Bucket, dp.Key = p.Receipt.PayloadS3.Bucket, p.Receipt.PayloadS3.Key
-		}
-		parks = append(parks, dp)
-	}
-	return d.L.Record(ctx, shard, dedupe.Entry{
-		First: e.First, Last: e.Last, Done: e.Done, Parked: e.Parked, ParkedByRef: e.ParkedByRef,
-		Failed: e.Failed, Source: e.Source, Nonce: e.Nonce, Parks: parks,
-	})
+	return d.L.Record(ctx, shard, e)
 }
 
 // Mark implements Marking.
 func (d DedupeLedger) Mark(ctx context.Context, shard recordid.Shard, m Marker) error {
-	return d.L.Mark(ctx, shard, dedupe.Marker{Nonce: m.Nonce, First: m.First, Last: m.Last, IDs: m.IDs,
-		Started: m.Started, Deadline: m.Deadline, Source: m.Source})
+	return d.L.Mark(ctx, shard, m)
 }
 
 // Unmark implements Marking.

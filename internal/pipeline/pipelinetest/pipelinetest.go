@@ -71,6 +71,9 @@ func (l *Ledger) Mark(_ context.Context, shard recordid.Shard, m pipeline.Marker
 	if err := l.fail("mark"); err != nil {
 		return err
 	}
+	if err := m.Validate(shard); err != nil {
+		return err // what the DynamoDB ledger refuses
+	}
 	if l.NoMarkers {
 		return nil
 	}
@@ -217,6 +220,9 @@ func (l *Ledger) Record(_ context.Context, shard recordid.Shard, e pipeline.Entr
 	l.Records++
 	if err := l.fail("record"); err != nil {
 		return err
+	}
+	if err := e.Validate(shard); err != nil {
+		return err // what the DynamoDB ledger refuses
 	}
 	if l.entries == nil {
 		l.entries = map[string][]pipeline.Entry{}
