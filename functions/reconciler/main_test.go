@@ -99,10 +99,8 @@ func TestSetup(t *testing.T) {
 func buildBootstrap(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "bootstrap")
-	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	if err := rie.Build(context.Background(), "", ".", bin); err != nil {
+		t.Fatalf("build: %v", err)
 	}
 	return bin
 }

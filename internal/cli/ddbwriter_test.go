@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -47,10 +46,8 @@ func TestRedriveDDBWriter(t *testing.T) {
 
 	// The consumer, as `sam build` builds it, gets the record twice (the mapping's retry).
 	boot := filepath.Join(t.TempDir(), "bootstrap")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", boot, "./functions/consumer")
-	build.Dir, build.Env = example, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build ddbwriter's consumer: %v\n%s", err, out)
+	if err := rie.Build(ctx, example, "./functions/consumer", boot); err != nil {
+		t.Fatalf("build ddbwriter's consumer: %v", err)
 	}
 	var logs syncbuf.Buffer
 	inst, err := rie.Start(ctx, rie.Options{Bootstrap: boot, Env: env, Timeout: 60 * time.Second, LogWriter: &logs})

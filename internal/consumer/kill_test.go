@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,10 +39,8 @@ func TestBootstrapKilledMidRecord(t *testing.T) {
 	s := newStack(t)
 	dir := t.TempDir()
 	boot := filepath.Join(dir, "bootstrap")
-	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", boot, "./testdata/killfn")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build killfn: %v\n%s", err, out)
+	if err := rie.Build(context.Background(), "", "./testdata/killfn", boot); err != nil {
+		t.Fatalf("build killfn: %v", err)
 	}
 	const (
 		group       = "killed"

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,13 +95,10 @@ func buildBootstraps(ctx context.Context, root, dir string, prog *progress) (boo
 		src := functionMains[name]
 		stop := prog.ticking(fmt.Sprintf("building %s (go build; the first build compiles the AWS SDK and takes a minute or two)", src))
 		out := filepath.Join(dir, name, "bootstrap")
-		cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc,"+chaos.BuildTag, "-trimpath", "-o", out, "./"+src)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-		msg, err := cmd.CombinedOutput()
+		err := rie.Build(ctx, root, "./"+src, out, chaos.BuildTag)
 		stop()
 		if err != nil {
-			return b, fmt.Errorf("demo: build %s: %w\n%s", src, err, msg)
+			return b, fmt.Errorf("demo: build %s: %w", src, err)
 		}
 		if name == "consumer" {
 			b.consumer = out

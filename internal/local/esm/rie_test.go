@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -21,8 +20,8 @@ var _ Invoker = (*rie.Instance)(nil)
 func buildTestBootstrap(ctx context.Context, t *testing.T) (bootstrap, rieBinary string) {
 	t.Helper()
 	bootstrap = filepath.Join(t.TempDir(), "bootstrap")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bootstrap, "./testdata/consumer").CombinedOutput(); err != nil {
-		t.Fatalf("build testdata/consumer: %v\n%s", err, out)
+	if err := rie.Build(ctx, "", "./testdata/consumer", bootstrap); err != nil {
+		t.Fatalf("build testdata/consumer: %v", err)
 	}
 	bin, err := rie.Binary(ctx)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,9 +33,8 @@ func TestMain(m *testing.M) {
 		buildDir = dir
 		defer os.RemoveAll(dir)
 		bootstrap = filepath.Join(dir, "bootstrap")
-		cmd := exec.Command("go", "build", "-o", bootstrap, "./testdata/fn")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build testdata/fn: %v\n%s", err, out)
+		if err := Build(context.Background(), "", "./testdata/fn", bootstrap); err != nil {
+			fmt.Fprintf(os.Stderr, "build testdata/fn: %v\n", err)
 			return 1
 		}
 		return m.Run()
