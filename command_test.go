@@ -22,6 +22,7 @@ import (
 // in order, after the fix, and the key is released. Nothing reaches a target queue (there is
 // none).
 func TestReconcilerRedrivesThroughItsOwnProcess(t *testing.T) {
+	t.Parallel()
 	st := newStack()
 	st.env["MAX_RECORD_ATTEMPTS"] = "1"
 	st.env["ON_PARK"] = "hold-key"

@@ -16,6 +16,7 @@ import (
 // TestRecordRoundTrip: what the pipeline holds reaches Process unchanged and back (the default
 // Process behind WithProcessWrapper sees the record the pipeline gave).
 func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := pipeline.Record{ID: recordid.ID{ShardID: "shardId-000000000007", Seq: "49590338271490256608559692538361571095921575989136588818", Sub: 3},
 		PartitionKey: "customer-9", Data: []byte{0, 1, 2}, ArrivalTime: time.Unix(1_700_000_000, 0)}
 	pub := fromPipeline(in)
@@ -30,6 +31,7 @@ func TestRecordRoundTrip(t *testing.T) {
 // TestDocNamesEveryVariable: the package documentation (the user's manual) lists every
 // environment variable internal/config reads.
 func TestDocNamesEveryVariable(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("internal/config/*.go")
 	if err != nil {
 		t.Fatal(err)

@@ -77,6 +77,7 @@ type syncBuffer = syncbuf.Buffer
 // outermost), every AWS call goes through the given SDK configuration, log lines go to the given
 // logger and metric lines to the metrics writer.
 func TestConsumerOptions(t *testing.T) {
+	t.Parallel()
 	st := newStack()
 	transport := &countingTransport{}
 	cfg, err := awsconfig.LoadDefaultConfig(context.Background())
@@ -156,6 +157,7 @@ func TestConsumerOptions(t *testing.T) {
 // mains' fault injection depends on it): a wrapper that fails every record leaves nothing
 // forwarded and the batch reported.
 func TestDefaultProcessWrapped(t *testing.T) {
+	t.Parallel()
 	st := newStack()
 	st.env["TARGET_QUEUE_URL"] = st.env["PARKED_QUEUE_URL"]
 	var seen atomic.Int64
@@ -176,6 +178,7 @@ func TestDefaultProcessWrapped(t *testing.T) {
 // demo's fault injection gives both), the default bridge still runs in batch form and the
 // batch wrapper sees its waves; with a Process wrapper alone it runs record by record.
 func TestBatchWrapperKeepsTheDefaultBatched(t *testing.T) {
+	t.Parallel()
 	st := newStack()
 	st.env["TARGET_QUEUE_URL"] = st.env["PARKED_QUEUE_URL"]
 	var perRecord, waves atomic.Int64

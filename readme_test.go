@@ -13,6 +13,7 @@ import (
 // TestReadmeSnippetCompiles: the program README.md's "Use gapless in your own service" shows
 // builds and vets against this package as written.
 func TestReadmeSnippetCompiles(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)

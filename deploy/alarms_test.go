@@ -143,6 +143,7 @@ func stringLit(e ast.Expr) (string, bool) {
 // metric must be written by gapless's code (EMF, dimension Group = GroupName); an AWS one must be
 // in awsMetrics.
 func TestAlarmMetricsAreEmitted(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	emitted := emittedMetrics(t)
 	for _, must := range []string{"GapsDetected", "LostToRetention", "VerifiedLagSeconds", "LedgerWriteFailures", "RecordsFailed"} {
@@ -175,6 +176,7 @@ var sectionRef = regexp.MustCompile(`docs/deploy\.md, "([^"]+)"`)
 // names ("See docs/deploy.md, \"The verify queue\"") is a heading there, and each alarm is in a
 // table of it, so the operator the alarm wakes finds what to do.
 func TestAlarmDescriptionsNameRealSections(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "deploy.md"))
 	if err != nil {
@@ -195,6 +197,7 @@ func TestAlarmDescriptionsNameRealSections(t *testing.T) {
 
 // TestAlarmsForSilentFailures: the alarms for failures that are otherwise silent exist and are shaped so they fire.
 func TestAlarmsForSilentFailures(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	type want struct {
 		namespace, metric, dimTarget, missing string

@@ -99,6 +99,7 @@ func checkBootstrapFile(t *testing.T, path string, machine elf.Machine) {
 // TestBuildTargets runs build-<LogicalId> with ARTIFACTS_DIR set, as sam does, for the
 // template's arm64 and for GOARCH_LAMBDA=amd64.
 func TestBuildTargets(t *testing.T) {
+	t.Parallel()
 	for _, fn := range lambdaFunctions {
 		for _, arch := range []struct {
 			goarch  string
@@ -120,6 +121,7 @@ func TestBuildTargets(t *testing.T) {
 // TestBuildTargetDefaultsArtifactsDir: without sam (no ARTIFACTS_DIR) a target writes to
 // $(SAM_BUILD_DIR)/<LogicalId>, which defaults to .aws-sam/build.
 func TestBuildTargetDefaultsArtifactsDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	runMake(t, "build-ConsumerFunction", "SAM_BUILD_DIR="+dir)
 	checkBootstrapFile(t, filepath.Join(dir, "ConsumerFunction", "bootstrap"), elf.EM_AARCH64)
@@ -129,6 +131,7 @@ func TestBuildTargetDefaultsArtifactsDir(t *testing.T) {
 // with a template whose CodeUri points at each function's directory, and one zip per function
 // with an executable bootstrap at its root.
 func TestBuildAndPackage(t *testing.T) {
+	t.Parallel()
 	build, pkg := t.TempDir(), t.TempDir()
 	runMake(t, "package", "SAM_BUILD_DIR="+build, "SAM_PACKAGE_DIR="+pkg)
 

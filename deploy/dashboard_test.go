@@ -51,6 +51,7 @@ var searchMetric = regexp.MustCompile(`^SEARCH\('\{([^}]*)\} MetricName="([^"]+)
 // (namespace Gapless, dimension Group = GroupName, per shard also ShardId) or a documented AWS
 // metric; each series the runbook names is on it.
 func TestDashboard(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	if ids := c.resourcesOfType("AWS::CloudWatch::Dashboard"); !slices.Equal(ids, []string{"Dashboard"}) {
 		t.Fatalf("dashboards %v, want Dashboard", ids)

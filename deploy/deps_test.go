@@ -37,6 +37,7 @@ func deps(t *testing.T, pkg, tags string) []string {
 // invoke build) does link chaos: that half proves the check sees a harness package when one is
 // there.
 func TestProductionBuildLinksNoHarness(t *testing.T) {
+	t.Parallel()
 	for _, pkg := range []string{"./functions/consumer", "./functions/reconciler"} {
 		t.Run(pkg, func(t *testing.T) {
 			var linked []string
@@ -64,6 +65,7 @@ func TestProductionBuildLinksNoHarness(t *testing.T) {
 // the operator CLI (cmd/gapless, internal/cli) included: none imports a package under
 // internal/local. Test files may (they start emulators).
 func TestProductImportsNoHarness(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
@@ -96,6 +98,7 @@ func TestProductImportsNoHarness(t *testing.T) {
 // nothing of the harness (the developer tool, internal/local/cmd/gapless-dev, holds up, down,
 // invoke, demo and bench). The developer tool's half proves the check sees the harness there.
 func TestOperatorCLILinksNoHarness(t *testing.T) {
+	t.Parallel()
 	var linked []string
 	for _, p := range deps(t, "./cmd/gapless", "") {
 		if strings.HasPrefix(p, harnessPrefix) {

@@ -71,6 +71,7 @@ var pathToken = regexp.MustCompile("`((?:github\\.com/gapless-dev/gapless|cmd|de
 // TestDesignPackageMapMatchesTheTree: docs/design.md's package table names every package of the
 // module, and nothing that is not there.
 func TestDesignPackageMapMatchesTheTree(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "design.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +94,7 @@ func TestDesignPackageMapMatchesTheTree(t *testing.T) {
 // TestLayoutMatchesTheTree: the annotated tree in docs/design.md's Layout section names every
 // package of the module, and nothing that is not there.
 func TestLayoutMatchesTheTree(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "design.md"))
 	if err != nil {
 		t.Fatal(err)

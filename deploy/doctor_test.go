@@ -17,6 +17,7 @@ import (
 // `gapless doctor --template` reads it), and requires no error-level finding: an example a
 // user copies, and the service `gapless-dev new` writes, must pass the project's own checks.
 func TestDoctorPassesEveryTemplate(t *testing.T) {
+	t.Parallel()
 	for _, rel := range append(samTemplates(t), scaffoldTemplate) {
 		path := templatePath(t, rel)
 		envs := map[string]map[string]string{"parameter-defaults": nil}

@@ -23,6 +23,7 @@ var examples = []string{"examples/ddbwriter"}
 // TestExampleBuildTargets runs each example's build-<LogicalId> the way `sam build` does (in the
 // example's directory, ARTIFACTS_DIR set) and checks a static linux/arm64 bootstrap appears.
 func TestExampleBuildTargets(t *testing.T) {
+	t.Parallel()
 	for _, ex := range exampleModules(t) {
 		for _, fn := range lambdaFunctions {
 			t.Run(filepath.Base(ex)+"/"+fn, func(t *testing.T) {
@@ -73,6 +74,7 @@ func checkImportsOnlyThePublicPackage(t *testing.T, dir, pattern string, withTes
 // nothing of gapless but the root package (its module path is outside gapless's, so the
 // compiler already refuses internal/; this also keeps process/ and the rest out).
 func TestExampleImportsOnlyThePublicPackage(t *testing.T) {
+	t.Parallel()
 	for _, ex := range exampleModules(t) {
 		t.Run(filepath.Base(ex), func(t *testing.T) {
 			checkImportsOnlyThePublicPackage(t, ex, "./...", true)
@@ -83,6 +85,7 @@ func TestExampleImportsOnlyThePublicPackage(t *testing.T) {
 // TestFunctionsUseOnlyThePublicPackage: the deployed mains are built on the API alone, as a
 // user's would be (the project eats its own cooking); their test files may reach further.
 func TestFunctionsUseOnlyThePublicPackage(t *testing.T) {
+	t.Parallel()
 	checkImportsOnlyThePublicPackage(t, repoRoot(t), "./functions/...", false)
 }
 
@@ -90,6 +93,7 @@ func TestFunctionsUseOnlyThePublicPackage(t *testing.T) {
 // requires (TARGET_QUEUE_URL only belongs to the default Process), builds them with the
 // Makefile, and passes cfn-lint without a finding.
 func TestExampleTemplates(t *testing.T) {
+	t.Parallel()
 	required := slices.DeleteFunc(slices.Clone(config.ReconcilerRequired), func(v string) bool { return v == config.EnvTargetQueueURL })
 	bin, err := exec.LookPath("cfn-lint")
 	if err != nil {

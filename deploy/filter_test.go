@@ -15,6 +15,7 @@ import (
 // TestFunctionEnvironment). A mapping that filters records the reconciler does not know about
 // would have every filtered record replayed as a gap.
 func TestRecordFilter(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	if got := c.paramDefault("RecordFilter"); got != "" {
 		t.Errorf("RecordFilter default %q, want empty (no filter)", got)

@@ -88,6 +88,7 @@ func dynamoCalls(t *testing.T, dir string) (state, service map[string][]string) 
 // found marker Unmark's DeleteItem, which no role granted: on AWS every released marker would
 // have stayed behind.)
 func TestEveryDynamoDBCallIsGranted(t *testing.T) {
+	t.Parallel()
 	forEachTemplate(t, func(t *testing.T, path string, c *cfn) {
 		state, service := dynamoCalls(t, filepath.Dir(templatePath(t, path)))
 		if len(state) < 4 {

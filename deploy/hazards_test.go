@@ -19,6 +19,7 @@ func lambdaAcceptsRecordAge(n int) bool { return n == -1 || n >= 60 && n <= 6048
 // TestMaximumRecordAgeMatchesLambda: the parameter accepts exactly what Lambda accepts, so a
 // deployment fails at parameter validation, not halfway through an update.
 func TestMaximumRecordAgeMatchesLambda(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	p := c.param("MaximumRecordAgeSeconds")
 	re := regexp.MustCompile(scalar(get(p, "AllowedPattern")))
@@ -49,6 +50,7 @@ const lambdaMinConcurrency, lambdaMaxConcurrency = 2, 1000
 // MaximumConcurrency, and every SQS event's literal MaximumConcurrency is in that range, so a
 // deployment fails at parameter validation, not halfway through an update.
 func TestVerifyConcurrencyMatchesLambda(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	p := c.param("VerifyConcurrency")
 	if got := scalar(get(p, "Type")); got != "Number" {
@@ -76,6 +78,7 @@ func TestVerifyConcurrencyMatchesLambda(t *testing.T) {
 // TestStreamArnPatternMatchesConfig: the template's StreamArn and the reconciler's STREAM_ARN
 // accept the same ARNs (the template passes one to the other).
 func TestStreamArnPatternMatchesConfig(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	p := scalar(get(c.param("StreamArn"), "AllowedPattern"))
 	if want := "^$|" + config.StreamARNPattern.String(); p != want {
@@ -86,6 +89,7 @@ func TestStreamArnPatternMatchesConfig(t *testing.T) {
 // TestCreatedStreamIsRetained: deleting the stack or replacing the stream must not delete
 // records nobody has read; its key must outlive it.
 func TestCreatedStreamIsRetained(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	for _, id := range []string{"Stream", "StreamKey"} {
 		r := c.resource(id)
@@ -100,6 +104,7 @@ func TestCreatedStreamIsRetained(t *testing.T) {
 // TestOptionalParameters: each option defaults to off and switches its resources through one
 // condition on its parameter.
 func TestOptionalParameters(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	notEmpty := func(cond, param string) {
 		t.Helper()
@@ -170,6 +175,7 @@ func TestOptionalParameters(t *testing.T) {
 // TestReplacementHazardsSaid: the two parameters whose change replaces the mapping (and so
 // restarts it from StartingPosition) say so where an operator changes them.
 func TestReplacementHazardsSaid(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	for _, p := range []string{"StreamArn", "StartingPosition"} {
 		if d := scalar(get(c.param(p), "Description")); !strings.Contains(d, "replaces the mapping") {

@@ -14,6 +14,7 @@ import (
 // on-failure range or a shard's verification work.
 // Every SAM template of the repository is held to it (an example has no target queue).
 func TestQueuePoliciesAcceptOnlyTheSenders(t *testing.T) {
+	t.Parallel()
 	forEachTemplate(t, checkQueuePolicies)
 }
 

@@ -65,6 +65,7 @@ func (c *cfn) checkParameterValue(t *testing.T, name, v string) {
 }
 
 func TestSamconfig(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	cfg := loadSamconfig(t)
 	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "samconfig.toml"))

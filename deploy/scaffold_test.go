@@ -89,6 +89,7 @@ func exampleModules(t *testing.T) []string {
 // (gapless doctor --live and gapless redrive --reconciler-function read them) and alarms on
 // the parked queue, as gapless's template does.
 func TestScaffoldOutputsAndAlarms(t *testing.T) {
+	t.Parallel()
 	c := loadCFN(t, templatePath(t, scaffoldTemplate))
 	for out, target := range map[string]string{"ConsumerFunctionName": "ConsumerFunction", "ReconcilerFunctionName": "ReconcilerFunction", "ParkedQueueUrl": "ParkedQueue"} {
 		v := get(c.root, "Outputs", out, "Value")

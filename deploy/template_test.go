@@ -53,6 +53,7 @@ var wantParameterDefaults = map[string]string{
 }
 
 func TestParameterDefaults(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	for _, name := range slices.Sorted(maps.Keys(wantParameterDefaults)) {
 		if got, want := c.paramDefault(name), wantParameterDefaults[name]; got != want {
@@ -144,6 +145,7 @@ func checkTiming(t *testing.T, s settings) {
 }
 
 func TestSettleWindowCoversMinSettle(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	s := c.defaults()
 	checkTiming(t, s)
@@ -223,6 +225,7 @@ func (c *cfn) env(fn string) map[string]*yaml.Node {
 }
 
 func TestFunctionEnvironment(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	required := map[string][]string{
 		"ConsumerFunction":   config.ConsumerRequired,
@@ -258,6 +261,7 @@ func TestFunctionEnvironment(t *testing.T) {
 // TestDefaultsLoad feeds each function's environment, with every parameter at its default and
 // every resource given a placeholder, to the config loaders the mains use.
 func TestDefaultsLoad(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	defaults := c.defaults()
 	resolve := func(fn string) map[string]string {
@@ -311,6 +315,7 @@ func TestDefaultsLoad(t *testing.T) {
 }
 
 func TestParameterPatternsMatchCode(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	pattern := func(name string) *regexp.Regexp {
 		p := scalar(get(c.param(name), "AllowedPattern"))
@@ -352,6 +357,7 @@ func TestParameterPatternsMatchCode(t *testing.T) {
 }
 
 func TestTablesMatchSchema(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	for id, def := range map[string]schema.Table{
 		"CheckpointTable": schema.CheckpointTable("x"),
@@ -407,6 +413,7 @@ func TestTablesMatchSchema(t *testing.T) {
 // TLS only, kept on delete, objects outliving every queue whose messages name them) and the
 // 1 MiB queues the code's inline limits assume.
 func TestPayloadBucket(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	if ids := c.resourcesOfType("AWS::S3::Bucket"); !slices.Equal(ids, []string{"FailureBucket", "PayloadBucket"}) {
 		t.Fatalf("buckets %v, want FailureBucket and PayloadBucket", ids)
@@ -457,6 +464,7 @@ func TestPayloadBucket(t *testing.T) {
 }
 
 func TestQueues(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	if got := scalar(c.prop("ParkedQueue", "MessageRetentionPeriod")); got != strconv.Itoa(schema.ParkedRetentionSeconds) {
 		t.Errorf("ParkedQueue retention %s, schema.ParkedRetentionSeconds %d", got, schema.ParkedRetentionSeconds)
@@ -539,6 +547,7 @@ func (c *cfn) events(fn, typ string) []*yaml.Node {
 }
 
 func TestConsumerMapping(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	evs := c.events("ConsumerFunction", "Kinesis")
 	if len(evs) != 1 {
@@ -578,6 +587,7 @@ func TestConsumerMapping(t *testing.T) {
 }
 
 func TestReconcilerEvents(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	sched := c.events("ReconcilerFunction", "Schedule")
 	if len(sched) != 1 || c.paramOf(get(sched[0], "Schedule")) != "ReconcileSchedule" {
@@ -607,6 +617,7 @@ func TestReconcilerEvents(t *testing.T) {
 }
 
 func TestFunctionsBuildWithMakefile(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	root := repoRoot(t)
 	mk, err := os.ReadFile(filepath.Join(root, "mk", "sam.mk"))
@@ -796,6 +807,7 @@ func (c *cfn) statements(role string) []*yaml.Node {
 // TestIAMLeastPrivilege, for every SAM template of the repository: two roles, each granting
 // exactly wantGrants, scoped to the stack's resources.
 func TestIAMLeastPrivilege(t *testing.T) {
+	t.Parallel()
 	forEachTemplate(t, func(t *testing.T, path string, c *cfn) { checkLeastPrivilege(t, path, c) })
 }
 
@@ -871,6 +883,7 @@ func checkLeastPrivilege(t *testing.T, path string, c *cfn) {
 }
 
 func TestAlarms(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	type metric struct{ namespace, name, dimName, dimTarget string }
 	var have []metric
@@ -925,6 +938,7 @@ func TestAlarms(t *testing.T) {
 }
 
 func TestOutputs(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	outs := get(c.root, "Outputs")
 	referenced := map[string]bool{}
@@ -945,6 +959,7 @@ func TestOutputs(t *testing.T) {
 // TestCfnLint runs cfn-lint (preinstalled on every machine here) on template.yaml; any finding,
 // warning or informational, fails the test.
 func TestCfnLint(t *testing.T) {
+	t.Parallel()
 	bin, err := exec.LookPath("cfn-lint")
 	if err != nil {
 		t.Fatalf("cfn-lint not on PATH: %v", err)
@@ -964,6 +979,7 @@ func TestCfnLint(t *testing.T) {
 // failure queue and its dead-letter queue keep messages 14 days each), and ObjectCreated
 // notifications of Lambda's key prefix to the failure queue, which S3 may send to.
 func TestFailureBucket(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	if d := scalar(get(c.param("OnFailureDestination"), "Default")); d != "S3" {
 		t.Errorf("OnFailureDestination defaults to %q, want S3", d)
@@ -1010,6 +1026,7 @@ func TestFailureBucket(t *testing.T) {
 // TestTracingGrantsOnlyWhenActive: the X-Ray writes ("*": they have no resource type) are in
 // each role only under the TracingActive condition, so a stack without tracing grants none.
 func TestTracingGrantsOnlyWhenActive(t *testing.T) {
+	t.Parallel()
 	c := loadTemplate(t)
 	if get(c.root, "Globals", "Function", "Tracing") == nil {
 		t.Fatal("Globals.Function.Tracing is not set from the Tracing parameter")

@@ -77,6 +77,7 @@ func TestMain(m *testing.M) {
 // TestColdStartFailsNamingTheVariable starts the function's main in a process of its own with an
 // empty environment: it must exit non-zero at once and name what is missing.
 func TestColdStartFailsNamingTheVariable(t *testing.T) {
+	t.Parallel()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

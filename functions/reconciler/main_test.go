@@ -66,6 +66,7 @@ func fullEnv() map[string]string {
 }
 
 func TestSetup(t *testing.T) {
+	t.Parallel()
 	if _, err := setup(context.Background(), env(fullEnv()), &bytes.Buffer{}); err != nil {
 		t.Fatalf("complete configuration: %v", err)
 	}
@@ -108,6 +109,7 @@ func buildBootstrap(t *testing.T) string {
 // TestColdStartFailsNamingTheVariable starts the function's main in a process of its own with an
 // empty environment: it must exit non-zero at once and name what is missing.
 func TestColdStartFailsNamingTheVariable(t *testing.T) {
+	t.Parallel()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +139,7 @@ const scheduledEvent = `{"version":"0","id":"53dc4d37-cffa-4f76-80c9-8b7d4a4d2ea
 // emulator against the local stack: gaps made on purpose behind the checkpoint are forwarded
 // to the target queue, once each, and the watermark lands on the checkpoint.
 func TestScheduledPassUnderRIE(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the function and runs the emulator")
 	}

@@ -64,6 +64,7 @@ var (
 // TestAdvanceSequences applies sequences of advances to a fresh shard against the emulator and
 // checks each Result and the final state, for the checkpoint and the watermark.
 func TestAdvanceSequences(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		seq     string
 		advance bool
@@ -153,6 +154,7 @@ func read(t testing.TB, store *checkpoint.Store, shard recordid.Shard, pos posit
 
 // TestCheckpointAndWatermarkAreIndependent: one never moves the other.
 func TestCheckpointAndWatermarkAreIndependent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
 	shard := newShard(t)
@@ -181,6 +183,7 @@ func mustAdvance(t *testing.T, f func(context.Context, recordid.Shard, string) (
 
 // TestLineageCloseAndCounters covers SetLineage, MarkClosed and AddCounters on the emulator.
 func TestLineageCloseAndCounters(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
 
@@ -294,6 +297,7 @@ func TestLineageCloseAndCounters(t *testing.T) {
 // TestGetAndList: missing shards, one group's shards listed across several pages, other groups
 // and streams left out.
 func TestGetAndList(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	table := stacktest.CheckpointTable(t)
 	client := stacktest.DynamoDB(t)
@@ -374,6 +378,7 @@ func genSeq(r *rand.Rand) string {
 // reader samples it. The position never moves backwards, ends at the maximum ever offered, and
 // every call is either a real advance or a lost race against a value at least as high.
 func TestConcurrentAdvanceIsMonotonic(t *testing.T) {
+	t.Parallel()
 	requireAtomicItemWrites(t)
 	const writers, batchesPerWriter, pool = 16, 12, 200
 	table := stacktest.CheckpointTable(t)
@@ -532,6 +537,7 @@ const (
 
 // TestFaults drives the store through the fault proxy in front of the emulator.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	table := stacktest.CheckpointTable(t)
 	direct := checkpoint.New(stacktest.DynamoDB(t), table)

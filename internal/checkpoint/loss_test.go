@@ -14,6 +14,7 @@ import (
 // TestCountLoss: the count of a lost span is written with the watermark advance that passes it,
 // exactly once, whatever happens to the response.
 func TestCountLoss(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	table := stacktest.CheckpointTable(t)
 	direct := checkpoint.New(stacktest.DynamoDB(t), table)
@@ -84,6 +85,7 @@ func TestCountLoss(t *testing.T) {
 // TestCountLossRace: many writers count the same span, after the same watermark, some passing it
 // to different records and some counting it in place; exactly one counts it.
 func TestCountLossRace(t *testing.T) {
+	t.Parallel()
 	requireAtomicItemWrites(t)
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
@@ -120,6 +122,7 @@ func TestCountLossRace(t *testing.T) {
 // again, in place or by the advance that later passes it, and that advance is left to
 // AdvanceWatermark.
 func TestCountLossInPlaceThenPassed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
 	shard := newShard(t)
@@ -155,6 +158,7 @@ func TestCountLossInPlaceThenPassed(t *testing.T) {
 // TestSetEmptyThrough: progress through empty pages is kept only for the stored watermark and
 // only forward.
 func TestSetEmptyThrough(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
 	shard := newShard(t)
@@ -200,6 +204,7 @@ func TestSetEmptyThrough(t *testing.T) {
 // with the same watermark move and the same once-only identity: a later count of the span, as
 // a loss or as done, is not applied.
 func TestCountLossDone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
 	shard := newShard(t)

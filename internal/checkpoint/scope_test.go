@@ -12,6 +12,7 @@ import (
 // TestScopeFromIsWrittenOnce: SetScopeFrom creates the item, the first value stays (a later
 // or earlier one does not move it), and it reads back through Get and List beside a checkpoint.
 func TestScopeFromIsWrittenOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
 	shard := newShard(t)

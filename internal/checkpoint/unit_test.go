@@ -66,6 +66,7 @@ func n(v string) types.AttributeValue { return &types.AttributeValueMemberN{Valu
 // TestInvalidInputsAreRejectedWithoutACall covers invalid sequence numbers and keys for every
 // method: each is a clear error wrapping the right sentinel, and DynamoDB is never called.
 func TestInvalidInputsAreRejectedWithoutACall(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	badSeqs := []struct{ name, seq, want string }{
 		{"empty", "", "empty"},
@@ -174,6 +175,7 @@ func TestInvalidInputsAreRejectedWithoutACall(t *testing.T) {
 // encoded values as strings (never Numbers), timestamp from the clock, the write counter for
 // checkpoints only, and ALL_OLD on a failed condition.
 func TestAdvanceRequest(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)
 	seq := "49584571934843771141903627621785355615208059945070100482"
 	cases := []struct {
@@ -248,6 +250,7 @@ func equalS(av types.AttributeValue, want string) bool {
 // says what that read finds: "" nothing, "other" another writer's token, "own" this call's, and
 // "unread" that the case must not read.
 func TestAdvanceOutcomes(t *testing.T) {
+	t.Parallel()
 	throttled := &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "UpdateItem",
 		Err: &types.ProvisionedThroughputExceededException{Message: aws.String("slow down")}}
 	lostWithItem := &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "UpdateItem",
@@ -325,6 +328,7 @@ func TestAdvanceOutcomes(t *testing.T) {
 
 // TestDecodeRejectsMalformedItems: Get never turns a malformed item into a plausible State.
 func TestDecodeRejectsMalformedItems(t *testing.T) {
+	t.Parallel()
 	base := func() map[string]types.AttributeValue {
 		return map[string]types.AttributeValue{
 			"pk": s("g|orders"), "sk": s("shardId-000000000001"),
@@ -377,6 +381,7 @@ func TestDecodeRejectsMalformedItems(t *testing.T) {
 
 // TestListFollowsPages: List keeps querying while LastEvaluatedKey is set.
 func TestListFollowsPages(t *testing.T) {
+	t.Parallel()
 	pages := [][]string{{"shardId-000000000000", "shardId-000000000001"}, {"shardId-000000000002"}, {}}
 	var starts []map[string]types.AttributeValue
 	fake := &fakeDynamo{t: t, query: func(in *dynamodb.QueryInput) (*dynamodb.QueryOutput, error) {

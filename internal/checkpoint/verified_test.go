@@ -13,6 +13,7 @@ import (
 // (an earlier one too: a later walk may find an older record unverified), and it reads back
 // through Get and List beside a checkpoint.
 func TestVerifiedAsOfFollowsTheLastWalk(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := checkpoint.New(stacktest.DynamoDB(t), stacktest.CheckpointTable(t))
 	shard := newShard(t)

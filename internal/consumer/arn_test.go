@@ -24,6 +24,7 @@ import (
 // fail the batch (no retry can make it the group's record; failing would only hold the shard
 // of whoever sent it). The group's own records of the event are processed as usual.
 func TestStreamARN(t *testing.T) {
+	t.Parallel()
 	otherAccount := strings.Replace(fixtures.StreamARN, fixtures.Account, "999999999999", 1)
 	otherRegion := strings.Replace(fixtures.StreamARN, fixtures.Region, "eu-west-1", 1)
 	for _, tc := range []struct {

@@ -64,6 +64,7 @@ func heapOf(f func()) uint64 {
 // failed record carrying the aggregate's bytes, and building the batch allocates next to
 // nothing (it used to build 200,000 pipeline records: measured in the commit message).
 func TestOversizedAggregateBuildsNothing(t *testing.T) {
+	t.Parallel()
 	agg := craftAggregate("p", 200_000)
 	recs := []inRecord{{eventID: fixtures.Shard + ":" + fixtures.Seq(7000), arn: fixtures.StreamARN, seq: fixtures.Seq(7000), pk: "p", data: agg}}
 	var pl plan
@@ -82,6 +83,7 @@ func TestOversizedAggregateBuildsNothing(t *testing.T) {
 // MAX_RECORD_ATTEMPTS deliveries, never de-aggregated; the plain record after them is
 // processed.
 func TestBoundedAggregatesParked(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	long := craftKeyAggregate(strings.Repeat("k", 300), []byte("a"))
 	for _, c := range []struct {
@@ -150,6 +152,7 @@ func TestBoundedAggregatesParked(t *testing.T) {
 // ledger's item budget, so a crash there was never counted), the rest is reported failed
 // without an attempt and processed on redelivery, and nothing is parked.
 func TestBatchBoundKeepsMarkers(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	// A 20,000-byte item budget stands for the 350 KiB one: 12,000 user records of one
 	// aggregate need ~24,000 bytes of marker; 3,000 need ~6,000.
@@ -194,6 +197,7 @@ func TestBatchBoundKeepsMarkers(t *testing.T) {
 // apart as the fixtures', plus aggregates up to DefaultMaxBatchUserRecords user records in all)
 // fits the ledger's default item budget.
 func TestLargestBatchMarkerFits(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	ledger := s.ledger()
 	shard := shardFor("markerfits")

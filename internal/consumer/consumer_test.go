@@ -26,6 +26,7 @@ import (
 
 // TestEveryFixture runs the handler on every events/ fixture against the real stores.
 func TestEveryFixture(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, tc := range []struct {
 		file                        string
@@ -84,6 +85,7 @@ func TestEveryFixture(t *testing.T) {
 // TestRedeliveryAfterPartialFailure: the clean batch fails at order-0004 (a transient error);
 // Lambda redelivers kinesis-redelivered.json (Seq 3..9); what was done is not processed again.
 func TestRedeliveryAfterPartialFailure(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "redelivery")
 	r.proc.setFail(fixtures.Seq(3))
@@ -128,6 +130,7 @@ func TestRedeliveryAfterPartialFailure(t *testing.T) {
 // TestOrderWithinKeyUnderConcurrency: 240 records over 24 keys, 8 keys at once; each key's
 // records reach the processor in sequence order, each exactly once.
 func TestOrderWithinKeyUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "order", withConfig(func(c *pipeline.Config) { c.MaxConcurrency = 8 }))
 	r.proc.hook = func(context.Context, pipeline.Record) error {
@@ -159,6 +162,7 @@ func TestOrderWithinKeyUnderConcurrency(t *testing.T) {
 // until the poison record reaches MAX_RECORD_ATTEMPTS (3 here); it is then parked with its
 // exact bytes, counted done, and its key continues.
 func TestPoisonIsParkedWithItsExactPayload(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "poison")
 	poisonSeq := fixtures.Seq(fixtures.PoisonIndex)
@@ -216,6 +220,7 @@ func TestPoisonIsParkedWithItsExactPayload(t *testing.T) {
 }
 
 func TestParkingEdgeCases(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	poisonSeq := fixtures.Seq(fixtures.PoisonIndex)
 	t.Run("too large for a message: payload parked in S3", func(t *testing.T) {
@@ -285,6 +290,7 @@ func TestParkingEdgeCases(t *testing.T) {
 // recorded; the rest are reported from the lowest not done; the redelivery finishes the batch
 // without processing anything twice.
 func TestDeadline(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "deadline", withConfig(func(c *pipeline.Config) { c.MaxConcurrency = 1; c.DeadlineMargin = 400 * time.Millisecond }))
 	r.proc.hook = func(ctx context.Context, _ pipeline.Record) error {
@@ -328,6 +334,7 @@ func TestDeadline(t *testing.T) {
 // TestCorruptKPL: an aggregate whose MD5 is wrong is ONE failed record (sub 0) that does not
 // crash the handler, is reported as the lowest failure, and is parked with its raw bytes.
 func TestCorruptKPL(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	agg, err := kpl.Aggregate([]kpl.UserRecord{{PartitionKey: "a", Data: []byte("x")}, {PartitionKey: "b", Data: []byte("y")}})
 	if err != nil {
@@ -367,6 +374,7 @@ func TestCorruptKPL(t *testing.T) {
 // TestMalformedData: data that is not base64 (only possible in a hand-made event) is a failed
 // record carrying the text as it arrived; the valid records around it are processed.
 func TestMalformedData(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	event := []byte(`{"Records":[` +
 		rawRecordJSON(fixtures.Seq(3000), "k1", `"eyJpZCI6MX0="`) + `,` +
@@ -416,6 +424,7 @@ func rawRecordJSON(seq, pk, data string) string {
 // parallel) moves anyway, and the retry processes everything again (nothing was recorded, so
 // nothing is skipped: the checkpoint does not decide processing).
 func TestLedgerWriteFailure(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	proxy, err := faultproxy.Start(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"))
 	if err != nil {
@@ -462,6 +471,7 @@ func TestLedgerWriteFailure(t *testing.T) {
 // TestCheckpointRaceLost: another writer already moved the checkpoint past this batch. Nothing
 // is skipped because of it: every record is processed, the race is only counted.
 func TestCheckpointRaceLost(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	ahead := fixtures.Seq(500)
 	if res, err := s.checkpoint().Advance(context.Background(), shardFor("race"), ahead); err != nil || !res.Advanced {
@@ -488,6 +498,7 @@ func TestCheckpointRaceLost(t *testing.T) {
 // TestBusinessKeyDedupe: DEDUPE_KEY=id with the real claim store; a producer retry (same id,
 // new sequence number) is skipped and counted.
 func TestBusinessKeyDedupe(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "bizkey", withConfig(func(c *pipeline.Config) { c.DedupeKey = "id" }))
 	event := mkEvent(t,
@@ -509,6 +520,7 @@ func TestBusinessKeyDedupe(t *testing.T) {
 
 // TestTypedHandler: Handle (events.KinesisEvent, as the runtime decodes it) agrees with HandleJSON.
 func TestTypedHandler(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "typed")
 	var ev events.KinesisEvent

@@ -11,6 +11,7 @@ import (
 // come out exactly as the record-by-record slow path decodes it, including data that is empty,
 // null, absent or written with JSON escapes.
 func TestDecodeFastPathMatchesSlowPath(t *testing.T) {
+	t.Parallel()
 	rec := func(data string) string {
 		return `{"kinesis":{"kinesisSchemaVersion":"1.0","partitionKey":"pk","sequenceNumber":"49590338271490256608559692538361571095921575989136588898",` +
 			data + `"approximateArrivalTimestamp":1545084650.987},"eventSource":"aws:kinesis","eventVersion":"1.0",` +

@@ -13,6 +13,7 @@ import (
 // function anyway (a mapping without the FilterCriteria) is not processed and not failed; the
 // others are processed as usual.
 func TestFilteredRecordsAreNotProcessed(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "filtered")
 	em := metrics.New(r.metrics, metrics.Namespace, []metrics.Dimension{{Name: metrics.DimensionGroup, Value: r.group}})
@@ -53,6 +54,7 @@ func TestFilteredRecordsAreNotProcessed(t *testing.T) {
 // records inside a KPL aggregate one by one; the aggregate itself is not JSON and would be
 // dropped whole, with the user records the pattern keeps.
 func TestFilterJudgesUserRecordsOfAnAggregate(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "filtered-kpl")
 	f := filter.MustParse(`{"data": {"id": ["order-0021", "order-0023", "order-0027"]}}`)

@@ -33,6 +33,7 @@ import (
 // parked, and the lane is through within the documented bound. On the code before in-flight
 // markers every invocation died on the killer and nothing was ever counted.
 func TestBootstrapKilledMidRecord(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a bootstrap and kills it several times (~40 s)")
 	}

@@ -13,6 +13,7 @@ import (
 // record and every later record of its partition key were stuck until the stream expired them.
 // Now it is claimed (hashed), processed, and its producer retry is skipped as a duplicate.
 func TestBusinessKeyOfAnyLength(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	r := s.rig(t, "longkey", withConfig(func(c *pipeline.Config) { c.DedupeKey = "id" }))
 	long := `{"id":"` + strings.Repeat("x", 3000) + `"}`

@@ -33,6 +33,7 @@ func memHandler(t testing.TB, proc pipeline.ProcessFunc) (*Handler, *pipelinetes
 // duplicate) fails the batch from its FIRST valid record; a record that can be placed but not
 // decoded is one failed record; nothing crashes and nothing is silently skipped.
 func TestValidation(t *testing.T) {
+	t.Parallel()
 	s := func(i int) string { return fixtures.Seq(7000 + i) }
 	ok := func(i int, pk string) string { return rawRecordJSON(s(i), pk, `"e30="`) } // data {}
 	withID := func(i int, eventID, arn string) string {
@@ -125,6 +126,7 @@ func TestValidation(t *testing.T) {
 }
 
 func TestKPLExpansion(t *testing.T) {
+	t.Parallel()
 	users := []kpl.UserRecord{{PartitionKey: "u1", Data: []byte("one")}, {PartitionKey: "u2", Data: []byte("two")}, {PartitionKey: "u1", Data: []byte("three")}}
 	agg, err := kpl.Aggregate(users)
 	if err != nil {
@@ -150,6 +152,7 @@ func mustEvent(t testing.TB, raw []byte) events.KinesisEvent {
 }
 
 func TestStreamAndShardParsing(t *testing.T) {
+	t.Parallel()
 	for arn, want := range map[string]string{
 		"arn:aws:kinesis:us-east-1:123456789012:stream/orders":                        "orders",
 		"arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/c1:1700000000": "orders",
@@ -179,6 +182,7 @@ func TestStreamAndShardParsing(t *testing.T) {
 }
 
 func TestLoggerAddsRequestID(t *testing.T) {
+	t.Parallel()
 	var buf syncBuffer
 	l := NewLogger(&buf, ParseLevel("INFO")).With("group", "g")
 	ctx := lambdaCtx("abc-123")

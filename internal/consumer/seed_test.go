@@ -31,6 +31,7 @@ import (
 // retries find A's records done. No record is lost, none is processed twice, and B's checkpoint
 // write failure (fault proxy) changes nothing.
 func TestSeedInterleaving(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	const group = "seed"
 	seq := func(i int) string { return fixtures.Seq(100 + i) } // records 1..6

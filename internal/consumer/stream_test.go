@@ -20,6 +20,7 @@ import (
 // which variable to set. A configured stream that differs from the one the event's ARN names
 // is the mapping pointed at the wrong stream: the batch fails, and the reason names both.
 func TestConfiguredStream(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, file, stream string
 		failure            string   // reported identifier, "" for complete success

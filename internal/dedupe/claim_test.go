@@ -18,6 +18,7 @@ import (
 )
 
 func TestClaimSequence(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
@@ -66,6 +67,7 @@ func TestClaimSequence(t *testing.T) {
 // TestClaimConcurrent: many records claim one key at once; exactly one wins and every other
 // sees it as the owner.
 func TestClaimConcurrent(t *testing.T) {
+	t.Parallel()
 	stacktest.RequireAtomicItemWrites(t) // moto lets two conditional PutItems on one item both win
 	ctx := context.Background()
 	l, _, _, _ := newStackLedger(t)
@@ -106,6 +108,7 @@ func TestClaimConcurrent(t *testing.T) {
 // TestClaimReadsOwnerWhenNotReturned covers endpoints that ignore
 // ReturnValuesOnConditionCheckFailure: the owner is read with a consistent GetItem.
 func TestClaimReadsOwnerWhenNotReturned(t *testing.T) {
+	t.Parallel()
 	owner := rid(seqAt(7), 0)
 	var gets int
 	fake := fakeDynamo{
@@ -138,6 +141,7 @@ func TestClaimReadsOwnerWhenNotReturned(t *testing.T) {
 // TestClaimRetriesWhenCompetitorVanishes: the competing claim is gone by the time it is read;
 // the claim is tried again and succeeds.
 func TestClaimRetriesWhenCompetitorVanishes(t *testing.T) {
+	t.Parallel()
 	puts := 0
 	fake := fakeDynamo{
 		put: func(*dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error) {
@@ -157,6 +161,7 @@ func TestClaimRetriesWhenCompetitorVanishes(t *testing.T) {
 }
 
 func TestClaimErrors(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("throttled")
 	corrupt := fakeDynamo{put: func(*dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error) {
 		return nil, &types.ConditionalCheckFailedException{Item: map[string]types.AttributeValue{
@@ -194,6 +199,7 @@ func TestClaimErrors(t *testing.T) {
 // partition key exceed DynamoDB's 2,048-byte limit used to fail every claim, so its record
 // could never be processed or parked.
 func TestClaimKeysOfAnyLength(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, client, _, table := newStackLedger(t)
 	long := func(n int, last string) string { return strings.Repeat("k", n-len(last)) + last }

@@ -19,6 +19,7 @@ import (
 // groups' holds, a released hold, a ledger entry and an item of another sort key with the hold
 // prefix; with a scan limit below the table it says it is incomplete.
 func TestHoldList(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client := dynamodb.NewFromConfig(stacktest.Config(t))
 	table := stacktest.LedgerTable(t)

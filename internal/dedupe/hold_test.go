@@ -15,6 +15,7 @@ import (
 )
 
 func TestHoldLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client := dynamodb.NewFromConfig(stacktest.Config(t))
 	h := NewHolds(client, stacktest.LedgerTable(t))

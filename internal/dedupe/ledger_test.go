@@ -47,6 +47,7 @@ func newStackLedger(t testing.TB, opts ...Option) (*Ledger, *dynamodb.Client, *d
 }
 
 func TestRecordLookupRoundTrip(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, _, m, _ := newStackLedger(t)
 
@@ -132,6 +133,7 @@ func TestRecordLookupRoundTrip(t *testing.T) {
 // TestLookupReturnsExactlyOverlappingEntries records three disjoint entries and checks which
 // ones each range sees, including the boundaries.
 func TestLookupReturnsExactlyOverlappingEntries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, _, _, _ := newStackLedger(t)
 	entries := [][2]int64{{10, 20}, {30, 40}, {50, 60}}
@@ -197,6 +199,7 @@ func rangeK(from, to int64) []int64 {
 // TestConcurrentWritersOneShard has goroutines record overlapping and identical ranges on one
 // shard at once; afterwards every id is found and every entry survived (distinct nonces).
 func TestConcurrentWritersOneShard(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, _, _, _ := newStackLedger(t)
 	const writers, perWriter = 8, 6
@@ -264,6 +267,7 @@ func TestConcurrentWritersOneShard(t *testing.T) {
 // TestExpiredEntriesAreIgnored: readers treat expiresAt < now as absent (dynalite and moto
 // never delete).
 func TestExpiredEntriesAreIgnored(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
@@ -316,6 +320,7 @@ func TestExpiredEntriesAreIgnored(t *testing.T) {
 
 // TestSplitLargeEntry forces a 10,000-id entry into parts with a small item budget.
 func TestSplitLargeEntry(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const budget = 8 * 1024
 	l, client, m, table := newStackLedger(t, WithMaxItemBytes(budget))
@@ -408,6 +413,7 @@ func btoi(b bool) int {
 }
 
 func TestRecordRejectsInvalidEntries(t *testing.T) {
+	t.Parallel()
 	l := New(fakeDynamo{}, "t")
 	ok := Entry{First: seqAt(0), Last: seqAt(9), Source: SourceConsumer, Done: ids(0, 9)}
 	other := rid(seqAt(1), 0)
@@ -495,6 +501,7 @@ func (f fakeDynamo) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...f
 // TestBatchWriteRetriesUnprocessedItems: the fake leaves items unprocessed on the first calls;
 // Record resubmits them until every part is stored.
 func TestBatchWriteRetriesUnprocessedItems(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	stored := map[string]map[string]types.AttributeValue{}
 	calls, refusals := 0, 0
@@ -549,6 +556,7 @@ func TestBatchWriteRetriesUnprocessedItems(t *testing.T) {
 // TestBatchWriteGivesUpWhenContextEnds: items that stay unprocessed make Record fail once the
 // context ends, never report success.
 func TestBatchWriteGivesUpWhenContextEnds(t *testing.T) {
+	t.Parallel()
 	fake := fakeDynamo{batch: func(in *dynamodb.BatchWriteItemInput) (*dynamodb.BatchWriteItemOutput, error) {
 		return &dynamodb.BatchWriteItemOutput{UnprocessedItems: in.RequestItems}, nil
 	}}
@@ -563,6 +571,7 @@ func TestBatchWriteGivesUpWhenContextEnds(t *testing.T) {
 }
 
 func TestRecordItemTooLarge(t *testing.T) {
+	t.Parallel()
 	l := New(fakeDynamo{}, "t", WithMaxItemBytes(200))
 	err := l.Record(context.Background(), testShard, Entry{First: seqAt(0), Last: seqAt(9), Source: SourceConsumer, Done: ids(0, 9)})
 	if !errors.Is(err, ErrItemTooLarge) {
@@ -573,6 +582,7 @@ func TestRecordItemTooLarge(t *testing.T) {
 // TestLookupSkipsCorruptEntries: an entry that does not decode is ignored and counted, the
 // others still answer.
 func TestLookupSkipsCorruptEntries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, client, _, table := newStackLedger(t)
 	if err := l.Record(ctx, testShard, Entry{First: seqAt(0), Last: seqAt(4), Source: SourceConsumer, Done: ids(0, 4)}); err != nil {
@@ -619,6 +629,7 @@ func mustSet(t testing.TB, ids []recordid.ID) []byte {
 
 // TestLookupPaginates serves the Query result in pages, as DynamoDB does above 1 MB.
 func TestLookupPaginates(t *testing.T) {
+	t.Parallel()
 	item := func(k int64) map[string]types.AttributeValue {
 		return map[string]types.AttributeValue{
 			schema.SortKey: &types.AttributeValueMemberS{Value: seqnum.MustEncode(seqAt(k)) + "#B#x#0"},
@@ -652,6 +663,7 @@ func TestLookupPaginates(t *testing.T) {
 }
 
 func TestLookupQueryError(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("throttled")
 	fake := fakeDynamo{query: func(*dynamodb.QueryInput) (*dynamodb.QueryOutput, error) { return nil, boom }}
 	if _, err := New(fake, "t").Lookup(context.Background(), testShard, seqAt(0), seqAt(1)); !errors.Is(err, boom) {

@@ -14,6 +14,7 @@ import (
 // entry's write time), replaced by a second Mark of the same nonce, and deleted by Unmark.
 // Markers of interleaved lanes name only their own records.
 func TestMarkers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, _, m, _ := newStackLedger(t)
 	dl := time.UnixMilli(time.Now().Add(time.Minute).UnixMilli())

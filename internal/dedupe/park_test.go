@@ -26,6 +26,7 @@ func testPark(seq string, parkID string) Park {
 // split into parts, and every recorded park of a record is returned, several when it was parked
 // more than once.
 func TestParkRecordsRoundTrip(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	start := time.Unix(1_800_000_000, 0)
 	now := start
@@ -105,6 +106,7 @@ func TestParkRecordsRoundTrip(t *testing.T) {
 }
 
 func TestRecordRejectsInvalidParks(t *testing.T) {
+	t.Parallel()
 	l := New(nil, "t")
 	base := Entry{First: seqAt(0), Last: seqAt(9), Source: SourceConsumer, Done: ids(0, 9), Parked: ids(3, 3)}
 	for name, p := range map[string]Park{

@@ -34,6 +34,7 @@ func rid(seq string, sub uint32) recordid.ID {
 }
 
 func TestSetEncodingExamples(t *testing.T) {
+	t.Parallel()
 	max129 := strings.Repeat("9", 129)
 	tests := []struct {
 		name string
@@ -84,6 +85,7 @@ func TestSetEncodingExamples(t *testing.T) {
 }
 
 func TestAppendSetRejectsInvalidSequences(t *testing.T) {
+	t.Parallel()
 	for _, seq := range []string{"", "01", "12a", "-1", strings.Repeat("1", 130)} {
 		_, err := AppendSet(nil, []recordid.ID{rid("1", 0), rid(seq, 0)})
 		if !errors.Is(err, ErrInvalid) || !errors.Is(err, seqnum.ErrInvalid) {
@@ -93,6 +95,7 @@ func TestAppendSetRejectsInvalidSequences(t *testing.T) {
 }
 
 func TestAppendSetDoesNotModifyInput(t *testing.T) {
+	t.Parallel()
 	in := []recordid.ID{rid("3", 0), rid("1", 0), rid("2", 0)}
 	orig := slices.Clone(in)
 	if _, err := AppendSet(nil, in); err != nil {
@@ -104,6 +107,7 @@ func TestAppendSetDoesNotModifyInput(t *testing.T) {
 }
 
 func TestDecodeSetRejects(t *testing.T) {
+	t.Parallel()
 	valid, _ := AppendSet(nil, []recordid.ID{rid(seqAt(0), 0), rid(seqAt(1), 0), rid(seqAt(1), 3)})
 	tests := []struct {
 		name, in, msg string
@@ -197,6 +201,7 @@ func genIDs() *rapid.Generator[[]recordid.ID] {
 }
 
 func TestSetRoundTripProperty(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		ids := genIDs().Draw(t, "ids")
 		enc, err := AppendSet([]byte("prefix"), ids)
@@ -255,6 +260,7 @@ func checkDecodeArbitrary(t interface{ Fatalf(string, ...any) }, b []byte) {
 }
 
 func TestDecodeArbitraryBytesProperty(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		var b []byte
 		if rapid.Bool().Draw(t, "mutate") {
@@ -347,6 +353,7 @@ func FuzzSetRoundTrip(f *testing.F) {
 
 // TestNumAgainstBig checks the fixed-width arithmetic against math/big.
 func TestNumAgainstBig(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		a, b := genSeq().Draw(t, "a"), genSeq().Draw(t, "b")
 		da, ok := parseDec(a)
@@ -401,6 +408,7 @@ func numBytesBE(n *num) []byte {
 }
 
 func TestParseDecRejects(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{"", "12a", "-1", strings.Repeat("1", 130)} {
 		if _, ok := parseDec(s); ok {
 			t.Errorf("parseDec(%q) accepted", s)

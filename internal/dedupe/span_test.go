@@ -21,6 +21,7 @@ import (
 const spanSteps = 1 << 16
 
 func TestSpanWindows(t *testing.T) {
+	t.Parallel()
 	w := func(a, b int64) window { return window{seqAt(a), seqAt(b)} }
 	tests := []struct {
 		name        string
@@ -57,6 +58,7 @@ func TestSpanWindows(t *testing.T) {
 }
 
 func TestLookupUpperKey(t *testing.T) {
+	t.Parallel()
 	up, ok := lookupUpperKey(seqAt(10))
 	if !ok || up != seqnum.MustEncode(seqAt(10+spanSteps))+"$" {
 		t.Errorf("upper key %q %v", up, ok)
@@ -93,6 +95,7 @@ func (c *scanCounter) Query(ctx context.Context, in *dynamodb.QueryInput, opts .
 // span) is found when its span is within MaxSpan, and entries ending past last + MaxSpan are not
 // read at all.
 func TestBoundedLookupFindsWideEntries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	table := stacktest.LedgerTable(t)
 	sc := &scanCounter{Client: stacktest.DynamoDB(t)}
@@ -179,6 +182,7 @@ func TestBoundedLookupFindsWideEntries(t *testing.T) {
 // marker for every lookup that reads the marker, including one whose range ends before the
 // window holding the entry's last sequence number begins.
 func TestCutEntryCompletesItsMarker(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l, _, _, _ := newStackLedger(t)
 	batch := []recordid.ID{rid(seqAt(0), 0), rid(seqAt(1), 0), rid(seqAt(200000), 0), rid(seqAt(200001), 0), rid(seqAt(250000), 0)}

@@ -15,6 +15,7 @@ import (
 // 200 to 2,000 bytes no written item is larger than the budget. (It was added after the parts
 // were cut, and items went up to ten bytes over.)
 func TestWrittenTimeStaysInsideTheItemBudget(t *testing.T) {
+	t.Parallel()
 	for budget := 200; budget <= 2000; budget++ {
 		var over []int
 		record := func(items ...map[string]types.AttributeValue) {

@@ -60,6 +60,7 @@ func dim(name, value string) cwtypes.Dimension {
 // TestAWSControlPlane: the API answers become the Mapping, schedule and alarms the checks read;
 // alarms of another stack are not counted.
 func TestAWSControlPlane(t *testing.T) {
+	t.Parallel()
 	cp := &AWSControlPlane{
 		ConsumerFunction: "cons", ReconcilerFunction: "rec", Group: "orders",
 		Lambda: fakeLambda{
@@ -118,6 +119,7 @@ func TestAWSControlPlane(t *testing.T) {
 // TestAWSMappingFilters: the mapping's FilterCriteria patterns reach the filter check; patterns
 // Lambda could not decrypt (FilterCriteriaError) are unknown and not compared.
 func TestAWSMappingFilters(t *testing.T) {
+	t.Parallel()
 	const p = `{"data": {"kind": ["order"]}}`
 	env := map[string]string{"RECORD_FILTER": p}
 	for _, c := range []struct {
@@ -142,6 +144,7 @@ func TestAWSMappingFilters(t *testing.T) {
 // ListEventSourceMappings) reaches the check; an alarm on DroppedEventCount by the consumer
 // mapping's UUID is the stack's, one by another mapping's is not.
 func TestAWSMappingMetrics(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		cfg  *lambdatypes.EventSourceMappingMetricsConfig

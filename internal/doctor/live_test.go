@@ -106,6 +106,7 @@ func (r *localRun) doctor(t *testing.T, now time.Time) doctor.Report {
 // TestLocalStackPasses: the local stack with the emulated mapping as template.yaml configures
 // it has no error-level finding, and the retention comes from the stream.
 func TestLocalStackPasses(t *testing.T) {
+	t.Parallel()
 	r := newLocalRun(t)
 	rep := r.doctor(t, time.Now())
 	var b bytes.Buffer
@@ -122,6 +123,7 @@ func TestLocalStackPasses(t *testing.T) {
 // what the harness says for the control plane, or in the local stack's data, and asserts that
 // exactly that finding appears.
 func TestEachFindingLive(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	shard := func(r *localRun) recordid.Shard {
 		return recordid.Shard{Group: "local", Stream: r.stream, ShardID: "shardId-000000000000"}

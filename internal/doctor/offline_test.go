@@ -35,6 +35,7 @@ func offline(t *testing.T, tmpl []byte, over map[string]string) Report {
 // The real template.yaml, with its defaults and with every samconfig.toml environment, has no
 // error-level finding.
 func TestRealTemplatePasses(t *testing.T) {
+	t.Parallel()
 	tmpl := readRepoFile(t, "template.yaml")
 	sc, err := ParseSamconfig(readRepoFile(t, "samconfig.toml"))
 	if err != nil {
@@ -62,6 +63,7 @@ func TestRealTemplatePasses(t *testing.T) {
 // TestEachFindingOffline breaks the template (its text or a parameter) one way per case and
 // asserts that exactly the expected findings appear relative to the real template's.
 func TestEachFindingOffline(t *testing.T) {
+	t.Parallel()
 	tmpl := string(readRepoFile(t, "template.yaml"))
 	base := offline(t, []byte(tmpl), nil)
 	baseIDs := base.IDs()
@@ -259,6 +261,7 @@ func TestEachFindingOffline(t *testing.T) {
 
 // TestKPLAggregation: aggregated producers with ParallelizationFactor > 1 is an error.
 func TestKPLAggregation(t *testing.T) {
+	t.Parallel()
 	tp, err := ParseTemplate(readRepoFile(t, "template.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +296,7 @@ func TestKPLAggregation(t *testing.T) {
 // TestEveryCheckHasACase: each check id appears in a case of the package's tests (above, the
 // live tests, the fan-out's), so a new check cannot arrive untested.
 func TestEveryCheckHasACase(t *testing.T) {
+	t.Parallel()
 	tests, err := filepath.Glob("*_test.go")
 	if err != nil || len(tests) < 3 {
 		t.Fatalf("test files %v: %v", tests, err)
@@ -317,6 +321,7 @@ func TestEveryCheckHasACase(t *testing.T) {
 }
 
 func TestSchedulePeriod(t *testing.T) {
+	t.Parallel()
 	for expr, want := range map[string]time.Duration{
 		"rate(5 minutes)": 5 * time.Minute, "rate(1 minute)": time.Minute, "rate(2 hours)": 2 * time.Hour,
 		"rate(1 day)": 24 * time.Hour, "cron(0 * * * ? *)": 0, "": 0,

@@ -19,6 +19,7 @@ import (
 // reconciler's walker less than a tenth over it, naming the stream, the rate and the fix; not
 // when the mapping reads through an enhanced fan-out consumer, nor without a measurement.
 func TestReadHeadroom(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		in      *Ingest
@@ -62,6 +63,7 @@ func TestReadHeadroom(t *testing.T) {
 // they are the same queue when account and name agree. The alarm on refused work messages is
 // required only with the fan-out on.
 func TestVerifyQueueLive(t *testing.T) {
+	t.Parallel()
 	const fifoURL = "https://sqs.eu-west-1.amazonaws.com/111122223333/orders-VerifyQueue-abc.fifo"
 	const fifoARN = "arn:aws:sqs:eu-west-1:111122223333:orders-VerifyQueue-abc.fifo"
 	for _, c := range []struct {
@@ -119,6 +121,7 @@ func (f *fakeMetrics) GetMetricData(_ context.Context, in *cloudwatch.GetMetricD
 // TestShardIngest: the busiest minute of the busiest shard (shard-level IncomingBytes), else the
 // stream's divided by its open shards, else nothing; per second.
 func TestShardIngest(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	res := func(id, label string, v ...float64) cwtypes.MetricDataResult {
 		return cwtypes.MetricDataResult{Id: aws.String(id), Label: aws.String(label), Values: v}
@@ -158,6 +161,7 @@ func TestShardIngest(t *testing.T) {
 // TestEnhancedFanOutMapping: a mapping whose event source is a registered consumer reads with
 // throughput of its own.
 func TestEnhancedFanOutMapping(t *testing.T) {
+	t.Parallel()
 	for arn, want := range map[string]bool{
 		"arn:aws:kinesis:eu-west-1:111122223333:stream/orders":                               false,
 		"arn:aws:kinesis:eu-west-1:111122223333:stream/orders/consumer/gapless-s:1700000000": true,

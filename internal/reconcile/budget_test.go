@@ -60,6 +60,7 @@ func (f frozenReplayer) Run(ctx context.Context, b pipeline.Batch) (pipeline.Res
 // ignoring its context, costs that shard its time budget; the second shard is still verified in
 // the same pass, and the next pass starts with the shard after the stuck one.
 func TestStuckShardDoesNotStopOthers(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	first := (&memShard{id: "shardId-0"}).addRecords(0, 6, now, key3)
 	second := (&memShard{id: "shardId-1"}).addRecords(100, 6, now, key3)
@@ -116,6 +117,7 @@ func TestStuckShardDoesNotStopOthers(t *testing.T) {
 // TestPassOrderKeepsParentsFirst: whatever shard a pass starts with (a cursor, or the clock on
 // a cold start), every parent comes before its children and every shard appears once.
 func TestPassOrderKeepsParentsFirst(t *testing.T) {
+	t.Parallel()
 	shards := []shardInfo{
 		{id: "d", parents: []string{"b", "c"}},
 		{id: "b", parents: []string{"a"}, endingSeq: "9"},

@@ -21,6 +21,7 @@ import (
 // the other child's checkpoint shows the mapping moved past the parent, which is verified whole,
 // and then the given-up child as well.
 func TestChildTheMappingGaveUpIsReplayed(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		parentFails bool

@@ -30,6 +30,7 @@ func commandUnit(t *testing.T, q *fakeQueue, sh *memShard) (*Handler, *unit) {
 }
 
 func TestCommandRefusals(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 3, time.Now(), key3)
 	h, u := commandUnit(t, &fakeQueue{}, sh)
 	for _, tc := range []struct{ name, event, want string }{
@@ -64,6 +65,7 @@ func TestCommandRefusals(t *testing.T) {
 // A replay command replays through the handler's own Reconciler (its pipeline, ON_PARK and
 // filter) and reports the range; a redrive command reports every message handled.
 func TestCommandRunsHere(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 4, time.Now(), key3)
 	q := &fakeQueue{bodies: []string{"not a parked message"}}
 	h, u := commandUnit(t, q, sh)
@@ -99,6 +101,7 @@ func TestCommandRunsHere(t *testing.T) {
 
 // A command stops CommandReserve before the invocation's deadline and says it is not done.
 func TestCommandBoundedByTheInvocation(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 2, time.Now(), key3)
 	h, _ := commandUnit(t, &fakeQueue{bodies: []string{"x"}}, sh)
 	ctx, cancel := context.WithTimeout(context.Background(), CommandReserve/2)

@@ -53,6 +53,7 @@ func dynamoThroughProxy(t *testing.T, endpoint string) *dynamodb.Client {
 // mapping then gives up on it, the reconciler finds the checkpoint-covered records absent from
 // the ledger, judges them gaps and replays each once.
 func TestCheckpointAheadOfLostLedgerEntryIsReplayed(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	proxy, err := faultproxy.Start(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"))
 	if err != nil {
@@ -142,6 +143,7 @@ func (g heldEntryLedger) Record(ctx context.Context, shard recordid.Shard, e pip
 // replays none of them and leaves the watermark behind them. Once the entry lands, the next
 // pass verifies them without a replay: every record was processed exactly once.
 func TestSlowLedgerEntryBehindCheckpointIsNotReplayed(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	recs := s.putN(10, "slow-entry", keyMod(3), nil)
 	shard := s.shard(recs[0].shard)

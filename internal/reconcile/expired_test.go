@@ -60,6 +60,7 @@ func farBehind() (*memShard, *memCensus) {
 // ExpiredUnverified only when the census names every record it held and the ledger shows each
 // one done; otherwise it stays LostToRetention, whatever part of it was done.
 func TestExpiredSpanClassified(t *testing.T) {
+	t.Parallel()
 	rows := []struct {
 		name       string
 		done       []int // records of the expired span 5-14 the consumer processed
@@ -114,6 +115,7 @@ func TestExpiredSpanClassified(t *testing.T) {
 // TestExpiredUnverifiedInSummaryAndMetrics: the scheduled pass's JSON answer and its EMF line
 // carry ExpiredUnverified apart from LostToRetention.
 func TestExpiredUnverifiedInSummaryAndMetrics(t *testing.T) {
+	t.Parallel()
 	sh, c := farBehind()
 	u := newUnit(t, newMemKinesis(sh), Config{}, WithCensus(c))
 	u.cps.set(ushard(sh.id), fakeSeq(19), fakeSeq(4))
@@ -148,6 +150,7 @@ func TestExpiredUnverifiedInSummaryAndMetrics(t *testing.T) {
 // still reports its verified lag: from what the last walk found, or, on a reconciler that never
 // walked it, from the time its watermark last moved.
 func TestDeferredShardReportsLag(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	clock := now
 	sh := (&memShard{id: "shardId-000000000000"}).addRecords(0, 6, now.Add(-time.Minute), key3)

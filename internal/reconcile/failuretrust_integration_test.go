@@ -49,6 +49,7 @@ func message(t *testing.T, streamARN, functionARN string, from, to put, n int) s
 // counted (FailureMessageRefused) and replays nothing; the mapping's own message of the same
 // range replays its 10 records.
 func TestFailureMessageOfAnotherMapping(t *testing.T) {
+	t.Parallel()
 	for _, byARN := range []bool{true, false} {
 		name := "STREAM_ARN"
 		if !byARN {
@@ -111,6 +112,7 @@ func TestFailureMessageOfAnotherMapping(t *testing.T) {
 // past the checkpoint mirror unless it continues it (a range that starts beyond records of its
 // lane the mapping still holds is not one it gave up: refused, counted, nothing replayed).
 func TestFailureRangeBounds(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("starts after the verified watermark", func(t *testing.T) {
 		s := newStack(t, 1)
@@ -201,6 +203,7 @@ func TestFailureRangeBounds(t *testing.T) {
 // batch's lane (the lane of its first record's partition key, lanes.Of); the other lanes'
 // records in it are left to their lanes.
 func TestFailureRangeLane(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all, _ := gapped(t, s, 30, func(i int) bool { return i < 10 || i >= 20 })
 	rec := newRecorder()

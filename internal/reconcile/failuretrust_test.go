@@ -3,6 +3,7 @@ package reconcile
 import "testing"
 
 func TestSameFunction(t *testing.T) {
+	t.Parallel()
 	const arn = "arn:aws:lambda:eu-west-1:111122223333:function:gapless-consumer"
 	for _, tt := range []struct {
 		want, got string

@@ -20,6 +20,7 @@ import (
 // every gap of both shards is replayed once; the shards' items record verifiedAsOf, the queue
 // is empty at the end, and a forged message (another group) is refused and stays on the queue.
 func TestFanOutOnTheStack(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 2)
 	all := s.putN(60, "fan", keyMod(11), nil)
 	byShard := map[string][]put{}

@@ -61,6 +61,7 @@ func (q *groupQueue) finish(m events.SQSMessage, failed bool) {
 // count (default 1,000, about a minute on 2 cores: `make scale`; under the race detector or
 // -short, 100).
 func TestFanOutKeepsUpAtScale(t *testing.T) {
+	t.Parallel()
 	shards := 1000
 	if testing.Short() || raceDetector {
 		shards = 100

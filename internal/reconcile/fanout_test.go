@@ -123,6 +123,7 @@ func fanOutHandler(u *unit, q *workQueue, buf *bytes.Buffer) *Handler {
 // reaches its end, marks it closed and queues both children; each child is walked then. Every
 // record is verified, and the records the ledger lacks are replayed once, as in one pass.
 func TestFanOutParentsBeforeChildren(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	parent := (&memShard{id: "shardId-0", ending: fakeSeq(999)}).addRecords(0, 8, now, key3)
 	child := (&memShard{id: "shardId-1", parents: []string{"shardId-0"}}).addRecords(100, 3, now, key3)
@@ -171,6 +172,7 @@ func TestFanOutParentsBeforeChildren(t *testing.T) {
 // A walk cut by its deadline queues its own continuation in its shard's message group; the
 // next invocation goes on from the stored watermark, and every record is verified.
 func TestFanOutContinuesAWalkOutOfTime(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 40, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{PageLimit: 2})
 	u.cps.set(ushard(sh.id), fakeSeq(39), "")
@@ -206,6 +208,7 @@ func TestFanOutContinuesAWalkOutOfTime(t *testing.T) {
 // does not list is refused — reported failed (left for the dead-letter queue), counted in
 // VerifyMessageRefused, and nothing is walked or queued.
 func TestVerifyMessageRefused(t *testing.T) {
+	t.Parallel()
 	body := func(group, stream, shard string) string {
 		return fmt.Sprintf(`{"gapless":{"version":1,"command":"verify","group":%q,"stream":%q,"verify":{"shardId":%q}}}`, group, stream, shard)
 	}
@@ -269,6 +272,7 @@ func TestVerifyMessageRefused(t *testing.T) {
 // state (where its last walk left it, else the watermark's move, else the checkpoint's), a
 // closed shard 0, and the group's lag is the worst shard's.
 func TestCoordinatorReportsEveryShardsLag(t *testing.T) {
+	t.Parallel()
 	now := later()
 	shards := []*memShard{{id: "shardId-0"}, {id: "shardId-1"}, {id: "shardId-2"}, {id: "shardId-3"}, {id: "shardId-4", ending: fakeSeq(9)}}
 	u := newUnit(t, newMemKinesis(shards...), Config{})
@@ -331,6 +335,7 @@ func TestCoordinatorReportsEveryShardsLag(t *testing.T) {
 // A coordinator whose sends fail still reports every shard's lag, counts the shards not queued
 // as deferred and returns the error (the next pass queues them).
 func TestCoordinatorSendFailure(t *testing.T) {
+	t.Parallel()
 	u := newUnit(t, newMemKinesis(&memShard{id: "shardId-0"}, &memShard{id: "shardId-1"}), Config{})
 	q, buf := &workQueue{sendErr: errBoom}, &bytes.Buffer{}
 	h := fanOutHandler(u, q, buf)
@@ -352,6 +357,7 @@ func TestCoordinatorSendFailure(t *testing.T) {
 // A walk reads the items it needs by key — its shard's, its parents', its descendants' — never
 // the group's every item: a pass over N shards would otherwise read N² items.
 func TestWalkReadsOnlyItsLineagesItems(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	parent := (&memShard{id: "shardId-0", ending: fakeSeq(999)}).addRecords(0, 2, now, key3)
 	child := (&memShard{id: "shardId-1", parents: []string{"shardId-0"}}).addRecords(100, 2, now, key3)
@@ -376,6 +382,7 @@ func TestWalkReadsOnlyItsLineagesItems(t *testing.T) {
 // A child's message that comes before its parent is verified to its end walks nothing and is
 // done: the parent's walk queues the child when it reaches the end (or a later pass does).
 func TestWalkOfAChildWaitsForItsParent(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	parent := (&memShard{id: "shardId-0", ending: fakeSeq(999)}).addRecords(0, 4, now, key3)
 	child := (&memShard{id: "shardId-1", parents: []string{"shardId-0"}}).addRecords(100, 2, now, key3)

@@ -21,6 +21,7 @@ var keepBelow4 = filter.MustParse(`{"data": {"n": [{"numeric": ["<", 4]}]}}`)
 // them) are neither gaps nor replayed, whole pages of them included; they are counted, and the
 // watermark passes them. The same holds for a failure-queue range and for status.
 func TestFilteredRecordsAreAccountedFor(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	newShard := func() *memShard { return (&memShard{id: "shardId-0"}).addRecords(0, 12, time.Now(), key3) }
 
@@ -98,6 +99,7 @@ func TestFilteredRecordsAreAccountedFor(t *testing.T) {
 // count as filtered. Judging the aggregate whole (not JSON, so dropped) would count the kept
 // user record as filtered and never replay it.
 func TestFilterJudgesUserRecordsOfAnAggregate(t *testing.T) {
+	t.Parallel()
 	agg, err := kpl.Aggregate([]kpl.UserRecord{
 		{PartitionKey: "a", Data: []byte(`{"n":1}`)},
 		{PartitionKey: "b", Data: []byte(`{"n":9}`)},

@@ -78,6 +78,7 @@ func (e *emf) last(t *testing.T) metrics.Line {
 }
 
 func TestFailureQueueMessagesReplayExactlyTheirRange(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all, _ := gapped(t, s, 30, func(i int) bool { return i < 5 || i >= 25 })
 	shardID := all[0].shard
@@ -156,6 +157,7 @@ func TestFailureQueueMessagesReplayExactlyTheirRange(t *testing.T) {
 // invoke, delete what the partial batch response does not name): a malformed message ends in
 // the failure queue's DLQ after maxReceiveCount receives; a valid one is deleted.
 func TestFailureQueueDeadLetter(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all, _ := gapped(t, s, 10, func(i int) bool { return i == 9 })
 	ctx := context.Background()

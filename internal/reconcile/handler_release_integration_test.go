@@ -105,6 +105,7 @@ func (q failureQueues) dead(t *testing.T, s *stack) []string {
 // an attempt, so after maxReceiveCount they reached the dead-letter queue unreplayed. Now they
 // are released untried and replayed by later invocations; only real attempts count.
 func TestUntriedFailureMessagesAreReleasedNotDeadLettered(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all := s.putN(30, "t", keyMod(3), nil)
 	hang := all[0].id()

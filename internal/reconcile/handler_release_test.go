@@ -43,6 +43,7 @@ func (f *releaseQueue) SendMessage(_ context.Context, in *sqs.SendMessageInput, 
 // With less than the minimum attempt time left, every message after the first is released
 // (sent back to its queue, not reported) — or, when it cannot be, reported failed.
 func TestHandleSQSReleasesWhatItHasNoTimeFor(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 3, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{DeadlineMargin: time.Millisecond})
 	const arn = "arn:aws:sqs:us-east-1:123456789012:orders-failure"

@@ -22,6 +22,7 @@ import (
 // parked queue. Failed before the fix: the waves knew nothing of holds, so n+1, n+2 (same
 // batch) and n+3 (next batch) were applied while n was parked.
 func TestHoldKeyBatchSink(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	hs := newHoldStack(t)
 	client, url, ledger, holds, parker := hs.sqs, hs.url, hs.ledger, hs.holds, hs.parker

@@ -21,6 +21,7 @@ import (
 // local stack (DynamoDB holds and ledger, SQS parked queue). Failed before the fix: applied
 // [H E].
 func TestRedriveParkedBehindALaterRecord(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	hs := newHoldStack(t)
 	sh := "shardId-000000000000"

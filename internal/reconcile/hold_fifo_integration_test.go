@@ -28,6 +28,7 @@ import (
 // key A whose payload object is gone, parked first, holds only A (reported), while every other
 // key drains.
 func TestHoldKeyOnFIFOParkedQueue(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ddb, client, objects := stacktest.DynamoDB(t), stacktest.SQS(t), stacktest.S3(t)
 	table, url, bucket := stacktest.LedgerTable(t), stacktest.Queue(t, "parked", true), stacktest.Bucket(t)

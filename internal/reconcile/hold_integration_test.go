@@ -27,6 +27,7 @@ import (
 // again and applies nothing behind it; a redrive with n fixed applies n, n+1, n+2 and the rest
 // in order and releases K; a later batch of K is processed normally.
 func TestHoldKeyEndToEnd(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"continue", "hold-key"} {
 		t.Run(mode, func(t *testing.T) { holdKeyEndToEnd(t, mode) })
 	}

@@ -38,41 +38,47 @@ func noRetry() aws.Retryer { return retry.AddWithMaxAttempts(retry.NewStandard()
 // record's message in the queue; once K was released it was redriven again, after K's later
 // records, and a lost ledger response made the next session run the record again.
 func TestHoldWalkLostResponses(t *testing.T) {
-	ddbProxy, err := faultproxy.Start(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ddbProxy.Close()
-	sqsProxy, err := faultproxy.Start(os.Getenv("AWS_ENDPOINT_URL_SQS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sqsProxy.Close()
+	t.Parallel()
 	writes := []struct {
 		name  string
-		proxy *faultproxy.Proxy
+		sqs   bool // the write goes to SQS (else DynamoDB)
 		match func(*faultproxy.Request) bool
 		max   int // occurrences in a clean walk of three records
 	}{
-		{"ledger entry", ddbProxy, func(r *faultproxy.Request) bool {
+		{"ledger entry", false, func(r *faultproxy.Request) bool {
 			return r.Action() == "PutItem" && bytes.Contains(r.Body, []byte("#B#"))
 		}, 3},
-		{"applied count", ddbProxy, func(r *faultproxy.Request) bool { return r.Action() == "UpdateItem" }, 3},
-		{"message delete", sqsProxy, func(r *faultproxy.Request) bool { return r.Action() == "DeleteMessage" }, 3},
-		{"release", ddbProxy, func(r *faultproxy.Request) bool {
+		{"applied count", false, func(r *faultproxy.Request) bool { return r.Action() == "UpdateItem" }, 3},
+		{"message delete", true, func(r *faultproxy.Request) bool { return r.Action() == "DeleteMessage" }, 3},
+		{"release", false, func(r *faultproxy.Request) bool {
 			return r.Action() == "DeleteItem" && bytes.Contains(r.Body, []byte("H|"))
 		}, 1},
 	}
 	for _, w := range writes {
 		for n := 1; n <= w.max; n++ {
 			t.Run(fmt.Sprintf("%s %d", w.name, n), func(t *testing.T) {
+				t.Parallel() // each case has proxies of its own
+				ddbProxy, err := faultproxy.Start(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ddbProxy.Close()
+				sqsProxy, err := faultproxy.Start(os.Getenv("AWS_ENDPOINT_URL_SQS"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sqsProxy.Close()
+				faulty := ddbProxy
+				if w.sqs {
+					faulty = sqsProxy
+				}
 				var seen atomic.Int32
 				match := func(r *faultproxy.Request) bool { return w.match(r) && seen.Add(1) == int32(n) }
 				holdWalkLostResponse(t, ddbProxy.URL(), sqsProxy.URL(), func(on bool) {
 					ddbProxy.SetRules()
 					sqsProxy.SetRules()
 					if on {
-						w.proxy.SetRules(faultproxy.Rule{Match: match, Fault: faultproxy.DropAfterForward, Rate: 1, Count: 1})
+						faulty.SetRules(faultproxy.Rule{Match: match, Fault: faultproxy.DropAfterForward, Rate: 1, Count: 1})
 					}
 				}, func() int { return int(seen.Load()) })
 			})

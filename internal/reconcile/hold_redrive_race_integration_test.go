@@ -23,6 +23,7 @@ import (
 // consumer's batch runs inside the session, from the redriven record's Process. Failed before
 // the fix: the session remembered K as not held from its first message and redrove R at once.
 func TestRedriveKeyHeldDuringSession(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	hs := newHoldStack(t)
 	client, url, ledger, holds, parker := hs.sqs, hs.url, hs.ledger, hs.holds, hs.parker

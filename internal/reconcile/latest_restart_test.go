@@ -63,6 +63,7 @@ func (s *stack) consumerMapping(poll time.Duration) (*recorder, *pipeline.Pipeli
 }
 
 func TestReconcilerReplaysWhatALatestRestartSkipped(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	s.waitActive()
 	rec, p, lanes, cfg := s.consumerMapping(200 * time.Millisecond)

@@ -10,6 +10,7 @@ import (
 // parent is verified to its end and closed (this pass, or recorded Closed for a parent gone
 // from the stream).
 func TestConsumedFromStart(t *testing.T) {
+	t.Parallel()
 	child := shardInfo{id: "c", parents: []string{"p"}, startingSeq: "100"}
 	merged := shardInfo{id: "m", parents: []string{"p", "q"}, startingSeq: "100"}
 	tests := []struct {

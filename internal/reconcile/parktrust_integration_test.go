@@ -83,6 +83,7 @@ func receiptsOf(t *testing.T, ledger pipeline.Ledger, shard recordid.Shard, id r
 // in the parked queue. Before, the ledger knew only that the id was parked: nothing a redrive
 // could check a message against.
 func TestParkIsRecordedInTheLedger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	hs := newHoldStack(t)
 	objects, bucket := stacktest.S3(t), stacktest.Bucket(t)
@@ -251,6 +252,7 @@ func (p *payloadsSeen) count() int {
 // reaches Process exactly once, no forged one ever, the foreign object is never read, and each
 // forged message is refused, counted (ParkedRefused) and left in the queue.
 func TestRedriveRefusesForgedParkedMessages(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	hs := newHoldStack(t)
 	s3c, bucket, foreign := stacktest.S3(t), stacktest.Bucket(t), stacktest.Bucket(t)
@@ -390,6 +392,7 @@ func recordParkedBody(t *testing.T, ledger pipeline.Ledger, body string) {
 // refused and left, H's real message is redriven (it fails again and is parked anew), nothing
 // of K is applied and K stays held.
 func TestRedriveRefusesForgedHeldHead(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	hs := newHoldStack(t)
 	sh := recordid.Shard{Group: ugroup, Stream: ustream, ShardID: "shardId-000000000000"}
@@ -464,6 +467,7 @@ func receiptConfirms(t *testing.T, ledger pipeline.Ledger, shard recordid.Shard,
 // and its message brings the key and error back exactly. Before, SendMessage failed with
 // InvalidMessageContents on every attempt: the record could never be parked.
 func TestParkKeepsEveryByte(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	hs := newHoldStack(t)
 	shard := recordid.Shard{Group: ugroup, Stream: ustream, ShardID: "shardId-000000000000"}
@@ -500,6 +504,7 @@ func TestParkKeepsEveryByte(t *testing.T) {
 // releases the key. Before, the key came back with U+FFFD: Process got another key, the hold was
 // not found under it and was never released, and every later record of the key stayed parked.
 func TestNonUTF8KeyFromAKPLAggregate(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	hs := newHoldStack(t)
 	key := "k\xff\xfe\x80"
@@ -554,6 +559,7 @@ func TestNonUTF8KeyFromAKPLAggregate(t *testing.T) {
 // refuses the first copy (its park id was never recorded), naming the recorded park of the same
 // payload, and leaves it in the queue.
 func TestCrashBetweenParkAndLedger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client, url := stacktest.SQS(t), stacktest.Queue(t, "parked", false)
 	parker := park.New(client, url)

@@ -43,6 +43,7 @@ func closedWithExpiredTail(t *testing.T, s *stack) (parent string) {
 // pass in error and the parent open, so the next pass counts the span; a write applied whose
 // every response was lost is confirmed by reading the item back, and counted once.
 func TestClosedParentNotFinalBeforeItsLossIsCounted(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		fault faultproxy.Fault
@@ -124,6 +125,7 @@ func (g *gatedCounts) CountLoss(ctx context.Context, shard recordid.Shard, l che
 // replay of a range inside it and by a scheduled pass, is counted once whoever counts first,
 // against the real DynamoDB emulator (conditional writes on one item).
 func TestExpiredSpanCountedOnceByReplayAndPass(t *testing.T) {
+	t.Parallel()
 	stacktest.RequireAtomicItemWrites(t)
 	// The pass has read the watermark and found the span; the replay runs to its end before the
 	// pass's counting write goes out (the replay counts first, with a smaller advance).

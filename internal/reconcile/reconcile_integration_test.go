@@ -50,6 +50,7 @@ func gapped(t *testing.T, s *stack, n int, done func(i int) bool) (all, missing 
 }
 
 func TestGapsReplayedOnceAndWatermarkLandsOnCheckpoint(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	// Records 0-9, 25-29 and 45-49 done by the consumer; the checkpoint at 49.
 	all, missing := gapped(t, s, 60, func(i int) bool { return i < 10 || (i >= 25 && i < 30) || (i >= 45 && i < 50) })
@@ -91,6 +92,7 @@ func TestGapsReplayedOnceAndWatermarkLandsOnCheckpoint(t *testing.T) {
 }
 
 func TestSettleWindowLeavesYoungRecords(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all, missing := gapped(t, s, 20, func(i int) bool { return i >= 15 })
 	rec := newRecorder()
@@ -123,6 +125,7 @@ func TestSettleWindowLeavesYoungRecords(t *testing.T) {
 }
 
 func TestRetentionLossCountedOnce(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	// Through internal/local/retention: records 0-4 verified, 5-9 never consumed, the trim horizon
 	// passes 0-9, records 10-19 are held and 10-14 missing from the ledger.
@@ -175,6 +178,7 @@ func TestRetentionLossCountedOnce(t *testing.T) {
 }
 
 func TestCrashMidReplayNextRunCompletes(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all, missing := gapped(t, s, 40, func(i int) bool { return i >= 35 })
 	const k = 5
@@ -225,6 +229,7 @@ func TestCrashMidReplayNextRunCompletes(t *testing.T) {
 }
 
 func TestPoisonGapIsParkedThenPassed(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all := s.putN(12, "p", keyMod(3), func(i int) []byte {
 		if i == 4 {
@@ -310,6 +315,7 @@ func watchWatermark(t *testing.T, s *stack, shardID string, stop <-chan struct{}
 }
 
 func TestTwoReconcilersConcurrently(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all, missing := gapped(t, s, 150, func(i int) bool { return i%10 == 0 || i == 149 })
 	shardID := all[0].shard
@@ -361,6 +367,7 @@ func TestTwoReconcilersConcurrently(t *testing.T) {
 }
 
 func TestReshardParentsBeforeChildren(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	parent := s.shardIDs()[0]
 	keys := keyMod(16)

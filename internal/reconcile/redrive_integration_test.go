@@ -62,6 +62,7 @@ func drainParked(t *testing.T, client *sqs.Client, url string) []park.Message {
 // deletes the old one only after the new one was accepted: exactly one message remains, the new
 // one, with the payload.
 func TestRedriveOnFIFOParkedQueueKeepsTheRecord(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client := stacktest.SQS(t)
 	url := stacktest.Queue(t, "parked", true)
@@ -107,6 +108,7 @@ func TestRedriveOnFIFOParkedQueueKeepsTheRecord(t *testing.T) {
 // parked by reference (the message without data) redrive had nothing left to read: they stayed
 // in the parked queue for ever, their payload gone.
 func TestRedriveLargeRecordsAfterTheStreamLostThem(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client, objects := stacktest.SQS(t), stacktest.S3(t)
 	for _, fifo := range []bool{false, true} {

@@ -26,6 +26,7 @@ import (
 // later session. Now the session sees that a receive attempt may have been answered and lost,
 // waits for the visibility timeout to pass and redrives every message.
 func TestRedriveLostReceiveResponse(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	proxy, err := faultproxy.Start(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 	if err != nil {

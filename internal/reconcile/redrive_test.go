@@ -81,6 +81,7 @@ func parkedBody(t *testing.T, group string, i int, data []byte, byRef bool) stri
 }
 
 func TestRedriveOutcomes(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 6, time.Now(), key3)
 	q := &fakeQueue{bodies: []string{
 		parkedBody(t, ugroup, 0, []byte("zero"), false),     // ha: processed
@@ -142,6 +143,7 @@ func TestRedriveOutcomes(t *testing.T) {
 // TestRedriveKeepsTheMessageWhenParkingAgainFails: the old message is deleted only after the
 // new park was accepted; a park that fails (SQS or S3 down) leaves the original in the queue.
 func TestRedriveKeepsTheMessageWhenParkingAgainFails(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		parkErr  error

@@ -14,6 +14,7 @@ import (
 // then runs the scheduled pass; the shard's LostToRetention counter must end at the number of
 // spans an unverified record really expired in (0 or 1), whichever finds it first.
 func TestReplayRangeLossCountedOnce(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		watermark int // verified watermark before the replay (-1: none)
@@ -75,6 +76,7 @@ func TestReplayRangeLossCountedOnce(t *testing.T) {
 // scheduled pass runs: the span is counted once; a range whose expired part had been verified
 // counts nothing.
 func TestReplayRangeLossCountedOnceOnTheStack(t *testing.T) {
+	t.Parallel()
 	t.Run("a span lost", func(t *testing.T) {
 		s := newStack(t, 1)
 		all := verifiedThenTrimmed(t, s) // (4, 15) lost; 15-19 consumed
@@ -121,6 +123,7 @@ func TestReplayRangeLossCountedOnceOnTheStack(t *testing.T) {
 // are still held). That proves no loss: nothing is counted, and the watermark never passes the
 // held records between it and the range unverified (they are gaps: nobody processed them).
 func TestReplayRangeRefusalWithoutExpiry(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 12, time.Now(), key3)
 	kin := newMemKinesis(sh)
 	kin.at = func(sh *memShard, seq string) (int, error) {

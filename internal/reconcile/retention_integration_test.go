@@ -101,6 +101,7 @@ func verifiedThenTrimmed(t *testing.T, s *stack) (all []put) {
 // TestRetentionLossThroughTrimHorizon: the stream really trims (through the
 // retention proxy): the span is counted once, with the watermark advance that passes it.
 func TestRetentionLossThroughTrimHorizon(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all := verifiedThenTrimmed(t, s)
 	shardID := all[0].shard
@@ -133,6 +134,7 @@ func TestRetentionLossThroughTrimHorizon(t *testing.T) {
 // reconciler died after moving the watermark). The watermark must never be past the span while
 // the count is missing; the next run counts it.
 func TestRetentionCountSurvivesACrash(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all := verifiedThenTrimmed(t, s)
 	shardID := all[0].shard
@@ -161,6 +163,7 @@ func TestRetentionCountSurvivesACrash(t *testing.T) {
 // TestRetentionCountSurvivesALostResponse: dynamoDB applies the watermark
 // advance that passes the span, its response is lost, the SDK's retry fails the condition.
 func TestRetentionCountSurvivesALostResponse(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all := verifiedThenTrimmed(t, s)
 	shardID := all[0].shard
@@ -187,6 +190,7 @@ func TestRetentionCountSurvivesALostResponse(t *testing.T) {
 // TestRetentionLossOnAShardNeverVerified: no watermark yet: records trimmed
 // before anyone read them are counted, from the shard's own starting sequence number.
 func TestRetentionLossOnAShardNeverVerified(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	expire := s.trimmed()
 	lost := s.putN(10, "lost", keyMod(3), nil)
@@ -213,6 +217,7 @@ func TestRetentionLossOnAShardNeverVerified(t *testing.T) {
 // TestReplayRangeBelowTheShardIsNoLoss: `gapless replay --from 1 --to 2` on a
 // fresh stream: the range lies below the shard's first sequence number, nothing was there.
 func TestReplayRangeBelowTheShardIsNoLoss(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	recs := s.putN(3, "fresh", keyMod(3), nil)
 	shardID := recs[0].shard
@@ -253,6 +258,7 @@ func closedShard(t *testing.T, s *stack) (parent string, recs []put, p *retentio
 // TestClosedShardEndsOnlyAtShardEnd: getRecords returns empty pages mid-shard
 // (MillisBehindLatest 0); only a nil NextShardIterator ends a closed shard.
 func TestClosedShardEndsOnlyAtShardEnd(t *testing.T) {
+	t.Parallel()
 	t.Run("scheduled pass", func(t *testing.T) {
 		s := newStack(t, 1)
 		parent, recs, p := closedShard(t, s)
@@ -284,6 +290,7 @@ func TestClosedShardEndsOnlyAtShardEnd(t *testing.T) {
 // MarkClosed failed: the next pass must not read the refusal of its ending sequence number as
 // records trimmed.
 func TestPartialCloseIsNoLoss(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	trim := s.retentionProxy()
 	parent := s.shardIDs()[0]

@@ -18,6 +18,7 @@ import (
 // mapping's: the pass verifies the shard from its first record held, as a tail (due once older
 // than TailAfter), and replays each record exactly once.
 func TestRootTheMappingGaveUpIsReplayed(t *testing.T) {
+	t.Parallel()
 
 	s := newStack(t, 1)
 	s.waitActive()

@@ -89,6 +89,7 @@ func givenUpThenTrimmed(t *testing.T, s *stack) (all []put, given []put) {
 // nothing again. Before the object path, the handler refused the S3 notification as a
 // malformed on-failure message and the records stayed unprocessed.
 func TestTrimmedRangeRecoveredFromS3Object(t *testing.T) {
+	t.Parallel()
 	t.Run("SQS destination: metadata only, counted lost", func(t *testing.T) {
 		s := newStack(t, 1)
 		_, given := givenUpThenTrimmed(t, s)
@@ -157,6 +158,7 @@ func TestTrimmedRangeRecoveredFromS3Object(t *testing.T) {
 // invocation-record size: anything else is refused (a batch item failure with an ERROR line),
 // never read or applied.
 func TestS3NotificationRefused(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	given := s.putN(2, "given-up", keyMod(2), nil)
 	objects := stacktest.S3(t)
@@ -204,6 +206,7 @@ func TestS3NotificationRefused(t *testing.T) {
 // records: they are replayed from it when the group's state knows the shard, and refused when
 // it does not (a shard id nobody consumed).
 func TestS3ObjectOfAShardNoLongerInTheStream(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	objects := stacktest.S3(t)
 	bucket := stacktest.Bucket(t)

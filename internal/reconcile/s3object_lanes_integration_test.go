@@ -63,6 +63,7 @@ func (k *expireOnIterator) GetShardIterator(ctx context.Context, in *kinesis.Get
 // b0 and b1 were applied by the reconciler; the "trimmed while it was read" path lost the lane
 // with the range's first record and replayed every lane too.
 func TestS3ObjectReplaysOnlyItsLane(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// expireAfter: 0 trims a0 before the replay looks; n trims it once n GetShardIterator

@@ -21,6 +21,7 @@ import (
 // carried (an on-failure message's range, a notification's Records) or whichever bucket it
 // named; and a notification naming another bucket was a failure but not counted as refused.
 func TestFailureQueueRefusalsAreCounted(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all, _ := gapped(t, s, 12, func(i int) bool { return i < 4 || i >= 8 })
 	given := all[4:8]
@@ -66,6 +67,7 @@ func TestFailureQueueRefusalsAreCounted(t *testing.T) {
 // message is refused and counted, not deleted as accounted for. Before: it was accounted for at
 // once, deleted with no line and no count.
 func TestFailureRangeBelowTheShardRefused(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	all, _ := gapped(t, s, 4, func(int) bool { return true })
 	rec := newRecorder()
@@ -82,6 +84,7 @@ func TestFailureRangeBelowTheShardRefused(t *testing.T) {
 // applies any of them. Before: the trimmed path applied the object's records, then refused (or,
 // before ReplayFailed ran there, accounted for and deleted) the message.
 func TestS3ObjectBeforeTheScopeRefusedBeforeItIsApplied(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, 1)
 	expire := s.trimmed()

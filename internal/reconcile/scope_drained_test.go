@@ -15,6 +15,7 @@ import (
 // never (on the old code the drained parent was read from its StartingSequenceNumber and B was
 // replayed: records the user never asked for).
 func TestLatestScopeOfADrainedParent(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	s.waitActive()
 	parent := s.shardIDs()[0]

@@ -11,6 +11,7 @@ import (
 // position. Under LATEST the scope start bounds a root, a child and a drained parent, except a
 // shard whose parent has a checkpoint of its own (the mapping ran when it was created).
 func TestStartOf(t *testing.T) {
+	t.Parallel()
 	scope := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	consumed := map[string]checkpoint.State{"p": {Checkpoint: "5", Closed: true}}
 	closedOnly := map[string]checkpoint.State{"p": {Closed: true}}

@@ -97,6 +97,7 @@ func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 // TailAfter, and the watermark lands on A's last record. The scope start is durable: a
 // reconciler started later (a new instance, a cold start) keeps it.
 func TestLatestScopeOfANeverCheckpointedShard(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	s.waitActive()
 	b := s.putN(6, "B", keyMod(3), nil)
@@ -163,6 +164,7 @@ func TestLatestScopeOfANeverCheckpointedShard(t *testing.T) {
 // by the mapping (a new deployment on a backlog): the pass replays nothing and leaves no
 // watermark. Once they are older than TailAfter they are replayed once.
 func TestTrimHorizonRootIsLeftToTheMappingWhileYoung(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	s.waitActive()
 	recs := s.putN(5, "Y", keyMod(2), nil)
@@ -192,6 +194,7 @@ func TestTrimHorizonRootIsLeftToTheMappingWhileYoung(t *testing.T) {
 }
 
 func TestNeverCheckpointed(t *testing.T) {
+	t.Parallel()
 	in := map[string]bool{"p": true}
 	tests := []struct {
 		name    string
@@ -217,6 +220,7 @@ func TestNeverCheckpointed(t *testing.T) {
 }
 
 func TestStartingPositionValidated(t *testing.T) {
+	t.Parallel()
 	for _, pos := range []string{"", StartTrimHorizon, StartLatest, "AT_TIMESTAMP", "latest"} {
 		_, err := New(newMemKinesis(), newMemCheckpoints(), nopReplayer{}, Config{Group: "g", Stream: "s", StartingPosition: pos})
 		if wantErr := pos == "AT_TIMESTAMP" || pos == "latest"; errors.Is(err, ErrConfig) != wantErr {

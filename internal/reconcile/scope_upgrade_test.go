@@ -19,6 +19,7 @@ import (
 // clock the child was read from it, after G: G was never replayed, nor counted (the code before
 // the scope start replayed it).
 func TestLatestScopeOfAGroupAlreadyRunning(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	s.waitActive()
 	parent := s.shardIDs()[0]
@@ -70,6 +71,7 @@ func keyOnShard(n int, low bool) []string {
 // the scope start at the first pass's clock G lay before it: never replayed nor counted, a
 // window as long as the group had run, not "at most one schedule period".
 func TestLatestScopeStartsAtTheEarliestCheckpoint(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 2)
 	s.waitActive()
 	xKeys, yKeys := keyOnShard(3, true), keyOnShard(4, false)

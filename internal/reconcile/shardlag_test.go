@@ -16,6 +16,7 @@ import (
 // deferred shard with nothing behind a checkpoint 0, a deferred shard whose walk knows where it
 // stopped its age from there, a deferred shard not walked its age from UnverifiedSince.
 func TestShardLags(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	rep := Report{Shards: []ShardReport{
 		{ShardID: "shardId-000000000000", OldestUnverified: now.Add(-90 * time.Second)},
@@ -35,6 +36,7 @@ func TestShardLags(t *testing.T) {
 // TestEmitShardLagsLines: one EMF line per shard, deferred ones included, dimensions Group and
 // ShardId.
 func TestEmitShardLagsLines(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	var buf bytes.Buffer
 	h := &Handler{r: &Reconciler{now: func() time.Time { return now }}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),

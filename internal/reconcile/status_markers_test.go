@@ -14,6 +14,7 @@ import (
 // checkpoint on and the dead ones still naming a record not done; completed markers and dead
 // ones whose records are all done are history and not shown.
 func TestStatusShowsMarkers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	now := time.Now()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 10, now.Add(-time.Hour), key3)

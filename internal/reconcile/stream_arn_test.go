@@ -51,6 +51,7 @@ func (k *arnOnly) GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, o
 // TestPassByStreamARN: a reconciler configured with the stream's ARN (STREAM_ARN) reads the
 // stream through the ARN only, against the local Kinesis, and replays the gaps as by name.
 func TestPassByStreamARN(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	_, missing := gapped(t, s, 30, func(i int) bool { return i < 10 || i >= 20 })
 	desc, err := s.kin.DescribeStreamSummary(context.Background(), &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(s.stream)})

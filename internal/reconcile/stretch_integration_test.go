@@ -120,6 +120,7 @@ func (k *stretchKinesis) GetRecords(ctx context.Context, in *kinesis.GetRecordsI
 // stretch is crossed over several passes and the parent's records verified; every pass reports
 // the parent's verified lag; the child is verified once the parent is.
 func TestEmptyStretchCrossedOverPasses(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	parent, recs, _ := closedShard(t, s)
 	first, err := s.kin.GetShardIterator(context.Background(), &kinesis.GetShardIteratorInput{StreamName: aws.String(s.stream), ShardId: aws.String(parent),
@@ -197,6 +198,7 @@ func TestEmptyStretchCrossedOverPasses(t *testing.T) {
 // crossed over several passes, every pass reports the shard's lag, and the watermark reaches
 // the checkpoint.
 func TestEmptyStretchAfterTheWatermarkCrossedOverPasses(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	cons := s.pipeline(newRecorder().process, 3)
 	before := s.putN(3, "before", keyMod(3), nil)
@@ -263,6 +265,7 @@ func TestEmptyStretchAfterTheWatermarkCrossedOverPasses(t *testing.T) {
 // usual position is refused), the pass reads from the trim horizon, replays the gaps held there
 // and counts the span, even with a kept position past every record.
 func TestKeptEmptyPositionYieldsToAnExpiry(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	expire := s.trimmed()
 	cons := s.pipeline(newRecorder().process, 3)

@@ -138,6 +138,7 @@ func givenUpTail(t *testing.T, s *stack) (a, tail []put, rec *recorder) {
 // scheduled pass replays them, exactly once, counted TailReplayed, and moves the watermark past
 // them. On the old code (the pass stopped at the checkpoint) they were never replayed.
 func TestTailTheMappingGaveUpIsReplayed(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		maxAge time.Duration // the mapping's MaximumRecordAge (0: unlimited)
@@ -183,6 +184,7 @@ func TestTailTheMappingGaveUpIsReplayed(t *testing.T) {
 // not read yet): the pass leaves them alone, and reports no lag for them. Only once they are
 // older does a pass replay them.
 func TestYoungTailIsLeftToTheMapping(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	a, tail, rec := givenUpTail(t, s)
 	ctx := context.Background()
@@ -224,6 +226,7 @@ func TestYoungTailIsLeftToTheMapping(t *testing.T) {
 
 // TestTailAfter: the age past which the tail is verified.
 func TestTailAfter(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ age, settle, want time.Duration }{
 		{10 * time.Minute, 30 * time.Minute, 40 * time.Minute},
 		{-1, 30 * time.Minute, TailAgeCap + 30*time.Minute},
@@ -241,6 +244,7 @@ func TestTailAfter(t *testing.T) {
 // after them to move it. Once due, the pass replays them exactly once (on the old code never:
 // TestReconcilerReplaysWhatALatestRestartSkipped needed a later record to move the checkpoint).
 func TestTailALatestRestartSkippedOnAQuietStream(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, 1)
 	s.waitActive()
 	rec, p, lanes, cfg := s.consumerMapping(esm.MinPollInterval)

@@ -20,6 +20,7 @@ import (
 // while the reconciler was held up, is a loss: counted once, with an ERROR line, and never again
 // by a later pass. Before the ledger was read there the span was dropped: LostToRetention 0.
 func TestRefusedWatermarkTailLoss(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// tail puts records after the watermark and runs them through the consumer (nil: none).

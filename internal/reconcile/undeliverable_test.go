@@ -17,6 +17,7 @@ import (
 // most 1 MiB, so the stream here is the in-memory one (the reader, the bounds and the pipeline
 // are the real ones).
 func TestUndeliverableRecordReplayed(t *testing.T) {
+	t.Parallel()
 	arrival := later() // the pass's clock: they arrived just now
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 6, arrival, key3)
 	big := bytes.Repeat([]byte("x"), MaxDeliverableData+1)
@@ -60,6 +61,7 @@ func TestUndeliverableRecordReplayed(t *testing.T) {
 }
 
 func TestUndeliverableBound(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		n    int
 		want bool

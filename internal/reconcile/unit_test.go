@@ -27,6 +27,7 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func key3(i int) string { return fmt.Sprintf("k%d", i%3) }
 
 func TestRefusalClassified(t *testing.T) {
+	t.Parallel()
 	wrap := func(err error) error {
 		return &smithy.OperationError{ServiceID: "Kinesis", OperationName: "GetShardIterator", Err: err}
 	}
@@ -60,6 +61,7 @@ func TestRefusalClassified(t *testing.T) {
 }
 
 func TestLineageOrderAndDrained(t *testing.T) {
+	t.Parallel()
 	shards := []shardInfo{
 		{id: "d", parents: []string{"b", "c"}},
 		{id: "b", parents: []string{"a"}, endingSeq: "9"},
@@ -106,6 +108,7 @@ func TestLineageOrderAndDrained(t *testing.T) {
 }
 
 func TestWatermarkRecordGone(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	tests := []struct {
 		name      string
@@ -161,6 +164,7 @@ func TestWatermarkRecordGone(t *testing.T) {
 // TestLossCountFailureHoldsTheWatermark: when the write that passes a lost span (and counts it)
 // fails, no later page of the run may move the watermark past the span uncounted.
 func TestLossCountFailureHoldsTheWatermark(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 12, time.Now(), key3)
 	sh.trimmed = 3 // the records after the watermark (1) expired: 2 is gone, 3 is held
 	u := newUnit(t, newMemKinesis(sh), Config{PageLimit: 4})
@@ -183,6 +187,7 @@ func TestLossCountFailureHoldsTheWatermark(t *testing.T) {
 }
 
 func TestEverythingUpToCheckpointExpired(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 10, time.Now(), key3)
 	sh.trimmed = 6 // records 0-5 gone; the checkpoint (4) and watermark (1) with them
 	u := newUnit(t, newMemKinesis(sh), Config{})
@@ -200,6 +205,7 @@ func TestEverythingUpToCheckpointExpired(t *testing.T) {
 }
 
 func TestSettleWithLostSpanWaits(t *testing.T) {
+	t.Parallel()
 	// The first record still held is too young: the span is reported when it is verified.
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 5, later(), key3)
 	sh.trimmed = 2
@@ -215,6 +221,7 @@ func TestSettleWithLostSpanWaits(t *testing.T) {
 }
 
 func TestClosedShardBound(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	tests := []struct {
 		name           string
@@ -269,6 +276,7 @@ func TestClosedShardBound(t *testing.T) {
 }
 
 func TestTimeBudgetDefers(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 40, time.Now(), key3)
 	kin := newMemKinesis(sh)
 	u := newUnit(t, kin, Config{PageLimit: 2})
@@ -309,6 +317,7 @@ func TestTimeBudgetDefers(t *testing.T) {
 }
 
 func TestWatermarkWriteFailureIsRetriedNextRun(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 6, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{})
 	u.cps.set(ushard(sh.id), fakeSeq(5), "")
@@ -331,6 +340,7 @@ func TestWatermarkWriteFailureIsRetriedNextRun(t *testing.T) {
 }
 
 func TestLedgerFailureFailsTheShard(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 4, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{})
 	u.cps.set(ushard(sh.id), fakeSeq(3), "")
@@ -350,6 +360,7 @@ func TestLedgerFailureFailsTheShard(t *testing.T) {
 }
 
 func TestReplayRangeArguments(t *testing.T) {
+	t.Parallel()
 	u := newUnit(t, newMemKinesis(&memShard{id: "shardId-0"}), Config{})
 	for _, tt := range []struct{ shard, from, to string }{
 		{"shardId-0", "12", "011"}, {"shardId-0", "x", "1"}, {"shardId-0", "5", "4"}, {"bad|shard", "1", "2"},
@@ -361,6 +372,7 @@ func TestReplayRangeArguments(t *testing.T) {
 }
 
 func TestReplayRangeStopsAtTheRange(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 20, later(), key3) // young: no settle window here
 	u := newUnit(t, newMemKinesis(sh), Config{SettleAfter: time.Hour})
 	u.markDone(t, sh.id, 6)
@@ -379,6 +391,7 @@ func TestReplayRangeStopsAtTheRange(t *testing.T) {
 }
 
 func TestReplayRangeNotAccountedWhileFailing(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 5, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{})
 	u.rec.fail = func(_ context.Context, r pipeline.Record) error {
@@ -405,6 +418,7 @@ func TestReplayRangeNotAccountedWhileFailing(t *testing.T) {
 }
 
 func TestHandleDispatch(t *testing.T) {
+	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 3, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{})
 	u.cps.set(ushard(sh.id), fakeSeq(2), "")
@@ -457,6 +471,7 @@ func TestHandleDispatch(t *testing.T) {
 }
 
 func TestRedriveLedgerFreshBudget(t *testing.T) {
+	t.Parallel()
 	l := &pipelinetest.Ledger{}
 	shard := ushard("shardId-0")
 	id := recordid.ID{ShardID: "shardId-0", Seq: fakeSeq(1)}
@@ -497,6 +512,7 @@ func TestRedriveLedgerFreshBudget(t *testing.T) {
 }
 
 func TestReaderPacesBySize(t *testing.T) {
+	t.Parallel()
 	sh := &memShard{id: "shardId-0"}
 	for i := range 4 {
 		sh.recs = append(sh.recs, kintypes.Record{SequenceNumber: aws.String(fakeSeq(i)), PartitionKey: aws.String("k"), Data: make([]byte, 512<<10)})
@@ -516,6 +532,7 @@ func TestReaderPacesBySize(t *testing.T) {
 }
 
 func TestClosedShardCheckpointAtItsEnd(t *testing.T) {
+	t.Parallel()
 	// The mapping checkpointed the parent's last record and its children have no records yet:
 	// the parent is read to its end, marked closed, and its children become verifiable.
 	parent := (&memShard{id: "shardId-0", ending: fakeSeq(999)}).addRecords(0, 4, time.Now(), key3)

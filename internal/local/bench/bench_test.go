@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 // The workload is what the comparison rests on: increasing sequence numbers, disjoint lanes,
 // fixed-size data, and a 10,000-record batch within Lambda's 6 MB payload limit.
 func TestWorkload(t *testing.T) {
+	t.Parallel()
 	w := Workload{Stream: "bench-01234567", ShardID: "shardId-000000000001", Arrival: time.Now()}
 	for g := 1; g < 2000; g++ {
 		if seqnum.Compare(seq(g-1), seq(g)) >= 0 {
@@ -88,6 +89,7 @@ func setup(t testing.TB) (Clients, Tables) {
 // most three round trips per batch (one Query, one PutItem, one UpdateItem) whatever the batch
 // size and PF, and the bare handler none.
 func TestRunnerCosts(t *testing.T) {
+	t.Parallel()
 	c, tb := setup(t)
 	var subjects []*Subject
 	for _, h := range Handlers {
@@ -209,6 +211,7 @@ func TestRunnerCosts(t *testing.T) {
 // The memory child (called in process here) measures one batch: the payload, a peak at least
 // the RSS it started from, and the handler's allocations.
 func TestMeasureMemoryChild(t *testing.T) {
+	t.Parallel()
 	c, tb := setup(t)
 	dir := t.TempDir()
 	raw, err := Workload{Stream: "m", ShardID: "shardId-000000000005", Arrival: time.Now()}.Payload(0, 1, 0, 500)
@@ -235,6 +238,7 @@ func TestMeasureMemoryChild(t *testing.T) {
 // The reconciler verifies every consumed record of the stream and none of the tail, and its
 // Kinesis calls are counted.
 func TestReconcile(t *testing.T) {
+	t.Parallel()
 	c, tb := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -252,6 +256,7 @@ func TestReconcile(t *testing.T) {
 
 // A bootstrap package that does not exist yet is reported pending, not an error.
 func TestColdStartsPending(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "functions", "consumer"), 0o755); err != nil {
 		t.Fatal(err)
@@ -267,6 +272,7 @@ func TestColdStartsPending(t *testing.T) {
 
 // Targets are judged from the numbers, and the report and chart render them.
 func TestTargetsAndReport(t *testing.T) {
+	t.Parallel()
 	mk := func(h string, bs int, rt, wcu, rps, cpu float64) CaseResult {
 		return CaseResult{Case: Case{h, bs, 1}, DDBAttemptsPerBatch: rt, CriticalPathRoundTrips: rt, WriteUnitsPerRecord: wcu, RecordsPerSec: rps, CPUMicrosPerRecord: cpu, Batches: 1, Records: bs}
 	}

@@ -6,6 +6,7 @@ import (
 )
 
 func TestCriticalPath(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(0, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	tests := []struct {

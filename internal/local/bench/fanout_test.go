@@ -11,6 +11,7 @@ import (
 // local SQS event source: the coordinator queues both shards, each is walked by an invocation of
 // its own, both end verified, and the cost counters saw the walk's reads and watermark writes.
 func TestFanOut(t *testing.T) {
+	t.Parallel()
 	c, tb := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 )
 
 func TestParseVariants(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want []string
@@ -65,6 +66,7 @@ func TestParseVariants(t *testing.T) {
 }
 
 func TestResultJSONKeys(t *testing.T) {
+	t.Parallel()
 	b, err := json.Marshal(sampleResult())
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +101,7 @@ func TestResultJSONKeys(t *testing.T) {
 }
 
 func TestOutcomeChart(t *testing.T) {
+	t.Parallel()
 	res := sampleResult()
 	svg := OutcomeChart(res.ran())
 	if err := wellFormed(svg); err != nil {
@@ -113,6 +116,7 @@ func TestOutcomeChart(t *testing.T) {
 }
 
 func TestMemoryTableCompactByDefault(t *testing.T) {
+	t.Parallel()
 	res := sampleResult()
 	for i := range 40 {
 		res.Gapless.Processes = append(res.Gapless.Processes, ProcessRSS{PID: 100 + i, Name: "bootstrap", FirstKB: 16000 + int64(i), SteadyKB: 17000, LastKB: 17500, MaxKB: 18000, Flat: true})
@@ -131,6 +135,7 @@ func TestMemoryTableCompactByDefault(t *testing.T) {
 }
 
 func TestPruneReport(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, f := range []string{"report.md", "result.json", "outcome.svg", "sdk.log", "bin/consumer/bootstrap", "stack/logs/dynalite.log",
 		"gapless/chart.svg", "gapless/functions.log", "gapless/chaos-state/x"} {
@@ -154,6 +159,7 @@ func TestPruneReport(t *testing.T) {
 
 // TestDuplicateCauses attributes synthetic deliveries the way a run records them.
 func TestDuplicateCauses(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	seq := func(n int) string { return fmt.Sprintf("%056d", n) }
@@ -215,6 +221,7 @@ func TestDuplicateCauses(t *testing.T) {
 }
 
 func TestLedgerFailuresFromTheConsumerLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	line := `{"time":"x","level":"ERROR","msg":"batch failed as a whole","error":"pipeline: ledger unavailable: record demo|s|shardId-000000000003 [4959001, 4959009]: throttled","reported_failure":"4959001"}`
 	other := `{"msg":"batch failed as a whole","error":"pipeline: invalid batch"}`
@@ -231,6 +238,7 @@ func TestLedgerFailuresFromTheConsumerLog(t *testing.T) {
 // TestSendTap: the tap forwards everything and journals only the target queue's records that
 // SQS accepted, with the SDK's invocation id.
 func TestSendTap(t *testing.T) {
+	t.Parallel()
 	var fail atomic.Bool
 	sqsFake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
@@ -295,6 +303,7 @@ func wellFormed(svg string) error {
 // with it (parked, delivered, or lost, trimmed or pending there too), and gapless's parked
 // records the mapping alone delivered are counted apart.
 func TestLossFates(t *testing.T) {
+	t.Parallel()
 	alone := &VariantResult{Name: VariantBaseline, LostIDs: []string{"r-1", "r-2", "r-3", "r-4", "r-5", "r-6"}}
 	g := &VariantResult{Name: VariantGapless, ParkedIDs: []string{"r-1", "r-2", "r-9"}, LostIDs: []string{"r-3"},
 		LostToRetentionIDs: []string{"r-4"}, PendingRecords: []PendingRecord{{ID: "r-5"}}}

@@ -68,6 +68,7 @@ func logLines(t *testing.T, file, substr string) {
 // stack: gapless must lose nothing, park every poison record and crash killer with its exact
 // payload and verify every shard; the mapping alone must lose at least every poison record.
 func TestDemoEndToEnd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}
@@ -209,6 +210,7 @@ func TestDemoEndToEnd(t *testing.T) {
 // TestRunStopsOnCancel: cancelling the context (Ctrl-C) ends a run promptly with an error, and
 // leaves no process of the run behind.
 func TestRunStopsOnCancel(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipped with -short")
 	}
@@ -239,6 +241,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		edit func(*Config)
@@ -289,6 +292,7 @@ func TestConfigValidate(t *testing.T) {
 // signal; gapless loses the same records but counts them, exactly and by id, and raises its
 // alarm (a LostToRetention span); nothing else is lost.
 func TestDemoExpire(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}
@@ -325,6 +329,7 @@ func TestDemoExpire(t *testing.T) {
 // then does the reconciler (down until the trim) read the objects: it replays the records from
 // them, so nothing is lost, to retention or otherwise.
 func TestDemoExpireReplaysFromS3Object(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestFilterConfig(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Variants = []string{VariantGapless}
 	cfg.Filter = `{"key": ["pk-0001"]}` // not under "data": Kinesis filters only on data
@@ -27,6 +28,7 @@ func TestFilterConfig(t *testing.T) {
 // TestFilteredIDsJudgeTheProducedBytes: the records the demo expects the filter to drop are
 // judged on the bytes the producer writes.
 func TestFilteredIDsJudgeTheProducedBytes(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Filter = `{"data": {"key": [{"anything-but": {"prefix": "pk-00"}}]}}`
 	recs := loadgen.Records(loadgen.Spec{Records: 400, Keys: 200, Seed: 1})

@@ -13,6 +13,7 @@ import (
 // and the report says so. Under both runtimes: the bootstraps under the emulator, and the same
 // handlers in process.
 func TestDemoForgedParked(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}

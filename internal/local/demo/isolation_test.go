@@ -16,6 +16,7 @@ import (
 // record of its batch waits for the reconciler. Every other fault is off, so anything given up
 // was given up because of the killers.
 func TestConsumerIsolatesKillers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}

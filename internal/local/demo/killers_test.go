@@ -40,6 +40,7 @@ func countingSQS(t *testing.T) (*sqs.Client, *atomic.Int64) {
 // the crash reaches a service, not even through a context detached from its cancellation.
 // A hang (the invocation's timeout) ends the same way.
 func TestInProcessCrashAbandonsTheInvocation(t *testing.T) {
+	t.Parallel()
 	client, requests := countingSQS(t)
 	send := func(ctx context.Context) error {
 		_, err := client.SendMessage(context.WithoutCancel(ctx), &sqs.SendMessageInput{QueueUrl: aws.String("http://q/1"), MessageBody: aws.String("x")})
@@ -105,6 +106,7 @@ func TestInProcessCrashAbandonsTheInvocation(t *testing.T) {
 // TestKillerFates: each killer gets one fate from what arrived downstream and the ranges the
 // mapping gave up on, matched by shard, lane and sequence number.
 func TestKillerFates(t *testing.T) {
+	t.Parallel()
 	const parallelization = 2
 	c := DefaultConfig()
 	c.Faults.Crash, c.Faults.Hang = 0.3, 0.3
@@ -164,6 +166,7 @@ func TestKillerFates(t *testing.T) {
 
 // TestKillerSection: the report names what the mapping alone did with the killers.
 func TestKillerSection(t *testing.T) {
+	t.Parallel()
 	res := sampleResult()
 	if strings.Contains(Markdown(res), "## Killer records") {
 		t.Fatal("a run without killers has a killer section")

@@ -17,6 +17,7 @@ import (
 // (GO=true leaves it alone): stdout must be exactly what the demo printed, so that
 // `make demo DEMO_FLAGS=--json | jq` works; make's own lines go to stderr or nowhere.
 func TestMakeDemoStdoutIsOnlyTheDemo(t *testing.T) {
+	t.Parallel()
 	makeBin, err := exec.LookPath("make")
 	if err != nil {
 		t.Skip("no make on PATH")

@@ -18,6 +18,7 @@ import (
 )
 
 func TestDecodeValue(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		in   string
@@ -69,6 +70,7 @@ func TestDecodeValue(t *testing.T) {
 }
 
 func TestRequestUsageStatus(t *testing.T) {
+	t.Parallel()
 	put := []byte(`{"TableName":"t","Item":{"pk":{"S":"a"},"sk":{"S":"b"}}}`)
 	tests := []struct {
 		name      string
@@ -97,6 +99,7 @@ func TestRequestUsageStatus(t *testing.T) {
 // TestMeterMatchesSDKMiddleware sends the same calls through the capacity meter (sizing the
 // JSON bodies) and through ddbmeter's SDK middleware (sizing the typed inputs): both must agree.
 func TestMeterMatchesSDKMiddleware(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	table := stacktest.LedgerTable(t)

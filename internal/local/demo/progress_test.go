@@ -10,6 +10,7 @@ import (
 
 // A build's status line names what is built; the explanation is on the phase line only.
 func TestTickingStatusLineIsShort(t *testing.T) {
+	t.Parallel()
 	var buf syncbuf.Buffer
 	p := &progress{w: &buf, tty: true}
 	stop := p.ticking("building functions/consumer (go build; the first build takes a minute or two)")

@@ -27,6 +27,7 @@ func timeline() []Sample {
 }
 
 func TestChartIsWellFormedSVG(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		tl        []Sample
@@ -106,6 +107,7 @@ func sampleResult() *Result {
 }
 
 func TestTableAndMarkdown(t *testing.T) {
+	t.Parallel()
 	res := sampleResult()
 	tab := Table(res)
 	lines := strings.Split(tab, "\n")
@@ -163,6 +165,7 @@ func TestTableAndMarkdown(t *testing.T) {
 }
 
 func TestDecodeParked(t *testing.T) {
+	t.Parallel()
 	v := &variant{expected: map[string][]byte{"r-0000001": []byte(`{"id":"r-0000001","key":"pk-0001","n":1,"poison":true}`)}}
 	msg := func(data []byte) string {
 		sum := sha256.Sum256(data)
@@ -205,6 +208,7 @@ func TestDecodeParked(t *testing.T) {
 }
 
 func TestPosition(t *testing.T) {
+	t.Parallel()
 	seqs := []string{"5", "10", "100", "1000"}
 	for _, tt := range []struct {
 		seq  string
@@ -217,6 +221,7 @@ func TestPosition(t *testing.T) {
 }
 
 func TestLaneOfSpreadsKeys(t *testing.T) {
+	t.Parallel()
 	counts := make([]int, 4)
 	for i := range 400 {
 		l := laneOf("pk-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+time.Duration(i).String(), 4)
@@ -236,6 +241,7 @@ func TestLaneOfSpreadsKeys(t *testing.T) {
 }
 
 func TestRSSOfChildren(t *testing.T) {
+	t.Parallel()
 	cmd := exec.CommandContext(context.Background(), "sleep", "30")
 	if err := cmd.Start(); err != nil {
 		t.Skip("no sleep binary:", err)

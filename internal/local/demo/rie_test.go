@@ -12,6 +12,7 @@ import (
 // TestMainsApplyChaos: the repository's function mains link internal/local/chaos, so the demo can
 // inject faults into the real bootstraps (runtime auto picks the emulator).
 func TestMainsApplyChaos(t *testing.T) {
+	t.Parallel()
 	root, err := localstack.FindRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +28,7 @@ func TestMainsApplyChaos(t *testing.T) {
 }
 
 func TestFunctionEnvironment(t *testing.T) {
+	t.Parallel()
 	fe := functionEnv{group: "demo", stream: "s", checkpointTable: "cp", ledgerTable: "lg", targetURL: "t", parkedURL: "p",
 		kinesisURL: "http://127.0.0.1:1", consumerDDB: "http://127.0.0.1:2", consumerSQS: "http://127.0.0.1:3",
 		reconcilerDDB: "http://127.0.0.1:4", reconcilerSQS: "http://127.0.0.1:5", s3URL: "http://127.0.0.1:6", maxRecordAttempts: 5,
@@ -58,6 +60,7 @@ func TestFunctionEnvironment(t *testing.T) {
 // TestMaxRecordAgeSeconds: the demo's mapping age as the reconciler's MAXIMUM_RECORD_AGE_SECONDS,
 // which takes only what Lambda takes (-1, or 60-604800 seconds).
 func TestMaxRecordAgeSeconds(t *testing.T) {
+	t.Parallel()
 	for age, want := range map[time.Duration]string{0: "-1", 30 * time.Second: "60", 90*time.Second + time.Millisecond: "91", time.Hour: "3600"} {
 		if got := maxRecordAgeSeconds(age); got != want {
 			t.Errorf("maxRecordAgeSeconds(%s) = %s, want %s", age, got, want)

@@ -10,6 +10,7 @@ import (
 // The progress line fits the terminal at every width, 80 columns included, keeps the figures
 // that matter when it has to shorten, and says what a quiet stretch after production waits for.
 func TestStatusLineFitsTheTerminal(t *testing.T) {
+	t.Parallel()
 	st := statusFigures{name: "gapless", elapsed: 213 * time.Second, produced: 2500, total: 2500, invocations: 418,
 		delivered: 2366, parked: 13, givenUp: 1064, gapless: true, reconcilerRuns: 65, failureMsgs: 344, verified: 2, shards: 4}
 	for _, width := range []int{200, 120, 80, 60, 40} {
@@ -41,6 +42,7 @@ func TestStatusLineFitsTheTerminal(t *testing.T) {
 // A run cut before every record is accounted for says INCOMPLETE with the count and where the
 // records are, never "lost".
 func TestIncompleteRunIsNotCalledLost(t *testing.T) {
+	t.Parallel()
 	g := &VariantResult{Name: VariantGapless, Produced: 100, DeliveredUnique: 95, Pending: 5, Incomplete: true,
 		PendingWhere: map[string]int{pendingReconciler: 3, pendingTail: 2}}
 	res := &Result{Gapless: g, Variants: []string{VariantGapless}, Produced: 100, DeliveredUnique: 95, Pending: 5, Incomplete: true}
@@ -64,6 +66,7 @@ func firstLines(s string, n int) string {
 
 // percentile is the nearest rank.
 func TestPercentile(t *testing.T) {
+	t.Parallel()
 	var recs []SlowRecord
 	for i := 1; i <= 100; i++ {
 		recs = append(recs, SlowRecord{Seconds: float64(i)})

@@ -28,6 +28,7 @@ func rowCells(tab, label string) (string, bool) {
 // The filter's and the retention's rows appear only in runs that had them: a row of zeros for
 // a fault that was off makes a reader wonder what was filtered or expired.
 func TestTableShowsFilterAndRetentionRowsOnlyWhenOn(t *testing.T) {
+	t.Parallel()
 	const filterRow, retentionRow = "filtered by --filter (not expected)", "lost to retention (records, --expire)"
 	tests := []struct {
 		name                 string
@@ -63,6 +64,7 @@ func TestTableShowsFilterAndRetentionRowsOnlyWhenOn(t *testing.T) {
 // The reconciler's row counts records, not detections: the GapsDetected metric counts a
 // record that keeps failing again on every pass (a killer: 243 detections of 15 records).
 func TestReconcilerFiguresAreRecords(t *testing.T) {
+	t.Parallel()
 	res := sampleResult()
 	g := res.Gapless
 	g.GapsDetected, g.GapsReplayed, g.ReconcilerReplayed, g.ReconcilerParked = 243, 14, 14, 1
@@ -88,6 +90,7 @@ func TestReconcilerFiguresAreRecords(t *testing.T) {
 }
 
 func TestDistinctSent(t *testing.T) {
+	t.Parallel()
 	sends := []send{
 		{id: "r-1", source: sourceReconciler}, {id: "r-1", source: sourceReconciler}, // replayed again
 		{id: "r-2", source: sourceReconciler}, {id: "r-3", source: sourceConsumer}, {id: "r-2", source: sourceConsumer},
@@ -105,6 +108,7 @@ func TestDistinctSent(t *testing.T) {
 // Only verified parked messages the reconciler sent count as parked by the reconciler, each
 // record once.
 func TestDecodeParkedCountsTheReconcilersParks(t *testing.T) {
+	t.Parallel()
 	payload := map[string][]byte{
 		"r-0000001": []byte(`{"id":"r-0000001","key":"pk-0001","n":1}`),
 		"r-0000002": []byte(`{"id":"r-0000002","key":"pk-0002","n":2}`),
@@ -130,6 +134,7 @@ func TestDecodeParkedCountsTheReconcilersParks(t *testing.T) {
 }
 
 func TestDuplicateCausesNoneAreFoldedIntoOneLine(t *testing.T) {
+	t.Parallel()
 	res := sampleResult()
 	tab := Table(res)
 	if _, ok := rowCells(tab, "  business key (written twice)"); ok {
@@ -150,6 +155,7 @@ func TestDuplicateCausesNoneAreFoldedIntoOneLine(t *testing.T) {
 }
 
 func TestMarkLabelsDoNotOverlap(t *testing.T) {
+	t.Parallel()
 	px := func(at time.Duration) float64 { return 48 + 380*at.Seconds()/100 }
 	const right = 428.0
 	tests := []struct {
@@ -192,6 +198,7 @@ func TestMarkLabelsDoNotOverlap(t *testing.T) {
 // A shard born during the run (a split's child) is drawn from 0 at the sample before it
 // appeared, so a record lost on it sits on its line.
 func TestChartChildShardStartsFromZero(t *testing.T) {
+	t.Parallel()
 	tl := []Sample{
 		{At: 0, Shards: map[string]ShardSample{"shardId-000000000000": {}}},
 		{At: time.Second, Shards: map[string]ShardSample{"shardId-000000000000": {Produced: 10}}},
@@ -221,6 +228,7 @@ func fmtPt(x, y float64) string { return fmt.Sprintf("%.1f,%.1f", x, y) }
 // The time axis has round ticks, and none so close to the end's label that the two run
 // together ("2m 2m18s").
 func TestChartTimeAxis(t *testing.T) {
+	t.Parallel()
 	tl := []Sample{
 		{At: 0, Shards: map[string]ShardSample{"shardId-000000000000": {}}},
 		{At: 138 * time.Second, Shards: map[string]ShardSample{"shardId-000000000000": {Produced: 10}}},
@@ -245,6 +253,7 @@ func TestChartTimeAxis(t *testing.T) {
 // The memory table's process names are /proc's (cut to 15 characters): the report says what
 // each is.
 func TestMemoryTableSaysWhatEachProcessIs(t *testing.T) {
+	t.Parallel()
 	md := Markdown(sampleResult())
 	for _, s := range []string{"`gapless` is this demo", "`node` the npm emulators", "`aws-lambda-rie-` the Lambda runtime interface emulator", "`bootstrap` the consumer"} {
 		if !strings.Contains(md, s) {

@@ -12,6 +12,7 @@ import (
 )
 
 func TestParseBenchFlags(t *testing.T) {
+	t.Parallel()
 	t.Run("defaults: the issue's matrix and every side measurement", func(t *testing.T) {
 		o, err := parseBenchFlags(nil, io.Discard)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 )
 
 func TestDemoHelpDocumentsEveryFlag(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"demo", "--help"}, &out, &errb); code != 0 {
 		t.Fatalf("demo --help exited %d: %s", code, errb.String())
@@ -32,6 +33,7 @@ func TestDemoHelpDocumentsEveryFlag(t *testing.T) {
 }
 
 func TestDemoFlags(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		args  []string
@@ -73,6 +75,7 @@ func TestDemoFlags(t *testing.T) {
 }
 
 func TestDemoRejectsBadSettingsBeforeStartingAnything(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		want string
@@ -103,6 +106,7 @@ func TestDemoRejectsBadSettingsBeforeStartingAnything(t *testing.T) {
 // TestDemoJSON runs a small demo through the CLI against the test stack: one JSON object on
 // stdout with the documented keys, exit status 0 when gapless lost nothing.
 func TestDemoJSON(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipped with -short")
 	}

@@ -17,6 +17,7 @@ import (
 // payload lines, in order, with increasing sequence numbers, the stream's ARN and a current
 // arrival time; bad input is refused naming the line or flag.
 func TestGenerateEvent(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	payloads := filepath.Join(dir, "p.jsonl")
 	if err := os.WriteFile(payloads, []byte("{\"id\":1}\nplain text\n"), 0o644); err != nil {

@@ -21,6 +21,7 @@ import (
 )
 
 func TestInvokeUsage(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct {
 		args []string
 		want string
@@ -49,6 +50,7 @@ func TestInvokeUsage(t *testing.T) {
 // with events/kinesis-clean.json, and checks the response on stdout, the function's logs on
 // stderr, and the ten records forwarded to the target queue.
 func TestInvokeConsumer(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the function and the emulator")
 	}
@@ -159,6 +161,7 @@ func testStack(t *testing.T, ctx context.Context, state string) map[string]strin
 // TestInvokeTimeoutRange: invoke's --timeout is held to Lambda's function timeout range
 // (1 s to 15 min), refused with the flag's name before anything starts.
 func TestInvokeTimeoutRange(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		timeout string
 		refused bool

@@ -17,6 +17,7 @@ import (
 // TestNewFlagErrors: every bad invocation of `gapless-dev new` exits 2 naming the bad input,
 // and writes nothing.
 func TestNewFlagErrors(t *testing.T) {
+	t.Parallel()
 	root, err := localstack.FindRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +71,7 @@ func TestNewFlagErrors(t *testing.T) {
 // TestNewDefaults: the service name comes from the module path's last element (before a major
 // version suffix), the package name from the service name.
 func TestNewDefaults(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ module, name, pkg string }{
 		{"example.com/orders", "orders", "orders"},
 		{"example.com/team/order-writer", "order-writer", "orderwriter"},

@@ -24,6 +24,7 @@ import (
 // runs on, so on the moto pass (make test-moto) the test would repeat the same run: it is
 // skipped there.
 func TestReadmeLocalDevelopment(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a stack and builds the CLI and the consumer")
 	}

@@ -17,6 +17,7 @@ import (
 // template.yaml gives an intrinsic value, so invoke runs both functions in this checkout, with
 // the template's timeouts (ConsumerTimeoutSeconds' default and 300 s).
 func TestRepositoryTemplateWithItsEnvFile(t *testing.T) {
+	t.Parallel()
 	root, err := localstack.FindRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +48,7 @@ func TestRepositoryTemplateWithItsEnvFile(t *testing.T) {
 // must leave an executable bootstrap there; a Go CodeUri without metadata is built with go
 // build; an unknown BuildMethod is refused naming it.
 func TestBuild(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs make and go build")
 	}

@@ -24,6 +24,7 @@ import (
 // empty one; asking for the other backend is refused, saying how to restart; a stack.env whose
 // processes are gone is replaced.
 func TestUpCreatesWhatTheDocsNameAndKeepsARunningStack(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a stack")
 	}
@@ -124,6 +125,7 @@ func hasShard(out *kinesis.ListShardsOutput, id string) bool {
 
 // TestStackEnvForTheAWSCLI: the aws CLI reads AWS_DEFAULT_REGION, the SDKs AWS_REGION.
 func TestStackEnvForTheAWSCLI(t *testing.T) {
+	t.Parallel()
 	env := localstack.Env(nil)
 	if env["AWS_DEFAULT_REGION"] == "" || env["AWS_DEFAULT_REGION"] != env["AWS_REGION"] {
 		t.Errorf("Env: AWS_DEFAULT_REGION %q, AWS_REGION %q", env["AWS_DEFAULT_REGION"], env["AWS_REGION"])

@@ -18,6 +18,7 @@ func batchSizes(r *recorder) []int {
 }
 
 func TestBatchSize(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	puts := s.putN(t, 25)
 	cfg := baseConfig(s)
@@ -43,6 +44,7 @@ func TestBatchSize(t *testing.T) {
 }
 
 func TestBatchingWindow(t *testing.T) {
+	t.Parallel()
 	t.Run("waits within the window to fill the batch", func(t *testing.T) {
 		s := newStream(t, 1)
 		first := s.putN(t, 3)
@@ -107,6 +109,7 @@ func TestBatchingWindow(t *testing.T) {
 // The 6 MB payload limit with real 1 MB Kinesis records: base64 makes each ~1.33 MB, so four fit
 // in a payload and the fifth starts the next batch, although BatchSize would allow all five.
 func TestPayloadLimitSixMB(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	var puts []putResult
 	for i := range 5 {
@@ -133,6 +136,7 @@ func TestPayloadLimitSixMB(t *testing.T) {
 
 // With a small limit, every batch is as large as the limit allows and never larger.
 func TestPayloadLimitCutsBatches(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	var puts []putResult
 	for i := range 12 {
@@ -169,6 +173,7 @@ func TestPayloadLimitCutsBatches(t *testing.T) {
 // A record that alone exceeds the limit is never sent: the invocation fails as Lambda's would
 // (request too large) and the record ends up on the OnFailure queue.
 func TestOversizeRecordIsNeverSent(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	small := s.put(t, "k", []byte("small"))
 	big := s.put(t, "k", bytes.Repeat([]byte{'x'}, 3000))

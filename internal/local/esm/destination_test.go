@@ -15,6 +15,7 @@ import (
 // message whose range runs from the first to the last record given up, batchSize 2, the
 // records that succeeded in between inside the range.
 func TestOnFailureMetadataIsConsolidated(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	puts := s.putN(t, 8)
 	q := seqsOf(puts)
@@ -72,6 +73,7 @@ func TestOnFailureMetadataIsConsolidated(t *testing.T) {
 // A delivery that fails for good is counted (DestinationDeliveryFailures) and the records are
 // discarded all the same: the lane moves on and nothing reaches the queue.
 func TestDestinationDeliveryFailure(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// setup returns the queue URL the mapping sends to and its options.

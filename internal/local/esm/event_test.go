@@ -12,6 +12,7 @@ import (
 // The payload must be what Lambda sends: an events.KinesisEvent with every field filled the way
 // Lambda fills it.
 func TestPayloadIsLambdaKinesisEvent(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	before := time.Now().Add(-time.Second)
 	puts := []putResult{

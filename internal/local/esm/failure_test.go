@@ -27,6 +27,7 @@ func equalBatches(a, b [][]string) bool {
 }
 
 func TestReportBatchItemFailures(t *testing.T) {
+	t.Parallel()
 	// The first invocation answers with resp(seqs); later ones succeed.
 	tests := []struct {
 		name   string
@@ -118,6 +119,7 @@ func poisonHandler(poison string) handler {
 }
 
 func TestBisectBatchOnFunctionError(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	puts := s.putN(t, 8)
 	q := seqsOf(puts)
@@ -177,6 +179,7 @@ func TestBisectBatchOnFunctionError(t *testing.T) {
 // With ReportBatchItemFailures as well, a partial response splits the batch at the reported
 // record rather than in halves.
 func TestBisectWithPartialResponse(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	q := seqsOf(s.putN(t, 6))
 	cfg := baseConfig(s)
@@ -198,6 +201,7 @@ func TestBisectWithPartialResponse(t *testing.T) {
 }
 
 func TestMaximumRetryAttempts(t *testing.T) {
+	t.Parallel()
 	t.Run("exhausted: whole batch to OnFailure in AWS's format, then move on", func(t *testing.T) {
 		s := newStream(t, 1)
 		puts := s.putN(t, 5)
@@ -317,6 +321,7 @@ func accountOf(arn string) string {
 }
 
 func TestMaximumRecordAge(t *testing.T) {
+	t.Parallel()
 	var offset atomic.Int64 // the mapping's clock runs this far ahead
 	clock := WithClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
 
@@ -389,6 +394,7 @@ func TestMaximumRecordAge(t *testing.T) {
 }
 
 func TestFunctionTimeout(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	q := seqsOf(s.putN(t, 2))
 	cfg := baseConfig(s)

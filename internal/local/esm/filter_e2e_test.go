@@ -26,6 +26,7 @@ import (
 // the filter the reconciler would take each filtered record for a gap and replay it through
 // Process.
 func TestFilteredRecordsAreNotGaps(t *testing.T) {
+	t.Parallel()
 	const pattern = `{"data": {"kind": ["order"]}}`
 	s := newStream(t, 2)
 	var puts []putResult

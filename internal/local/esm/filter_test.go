@@ -11,6 +11,7 @@ import (
 // TestFilterCriteria: records whose data FilterCriteria drops never reach the function, a batch
 // they empty is not invoked, and the lane's checkpoint passes them (also at the end of a batch).
 func TestFilterCriteria(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	var puts []putResult
 	var want []string // the records the function must get, in order
@@ -61,6 +62,7 @@ func TestFilterCriteria(t *testing.T) {
 }
 
 func TestFilterCriteriaConfig(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.StreamName, cfg.FunctionName = "s", "f"
 	cfg.FilterCriteria = []string{`{"partitionKey": ["1"]}`}

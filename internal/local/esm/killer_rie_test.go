@@ -20,6 +20,7 @@ import (
 // crash (it starts the bootstrap again on the next invocation), so the records around the
 // killers are processed and the lane's checkpoint reaches the end.
 func TestKillerRecordsUnderRuntimeInterfaceEmulator(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bootstrap, bin := buildTestBootstrap(ctx, t)

@@ -64,6 +64,7 @@ func keysInLanes(n int) (a, b string) {
 // for both keys, in both ON_PARK modes, with an SQS or an S3 on-failure destination. With every lane replayed (the handler without the
 // mapping's ParallelizationFactor, which was the only behaviour before) B2 was applied first.
 func TestFailureRangeReplaysOnlyItsLane(t *testing.T) {
+	t.Parallel()
 	const factor = 3
 	for _, tc := range []struct{ dest, onPark string }{
 		{"sqs", config.OnParkContinue}, {"sqs", config.OnParkHoldKey}, {"s3", config.OnParkContinue}, {"s3", config.OnParkHoldKey},

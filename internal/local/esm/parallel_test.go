@@ -24,6 +24,7 @@ func keysCoveringLanes(n, perLane int) []string {
 }
 
 func TestParallelizationFactor(t *testing.T) {
+	t.Parallel()
 	const factor = 3
 	s := newStream(t, 1)
 	keys := keysCoveringLanes(factor, 2)

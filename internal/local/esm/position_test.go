@@ -9,6 +9,7 @@ import (
 )
 
 func TestStartingPosition(t *testing.T) {
+	t.Parallel()
 	t.Run("TRIM_HORIZON reads from the oldest record", func(t *testing.T) {
 		s := newStream(t, 1)
 		puts := s.putN(t, 5)

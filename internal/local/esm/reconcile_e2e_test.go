@@ -45,6 +45,7 @@ func (p *processed) count(shard, seq string) int {
 // reconciler pass still replays every record of it, because it reads the stream after the
 // verified watermark up to the checkpoint mirror, which later batches moved past the range.
 func TestDeliveryFailureIsCaughtByTheScheduledPass(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	puts := s.putN(t, 20, "k0", "k1", "k2", "k3")
 	q, shard := seqsOf(puts), puts[0].shard

@@ -122,6 +122,7 @@ func checkReshard(t *testing.T, r *recorder, log *eventLog, before, after []putR
 }
 
 func TestReshardSplit(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	parent := s.shardIDs(t)[0]
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
@@ -171,6 +172,7 @@ func TestReshardSplit(t *testing.T) {
 }
 
 func TestReshardMerge(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 2)
 	parents := s.shardIDs(t)
 	slices.Sort(parents)

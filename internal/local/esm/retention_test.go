@@ -14,6 +14,7 @@ import (
 // period: Lambda stops retrying them and moves on, silently (no OnFailure message); the records
 // after them are processed.
 func TestRetentionExpiresHeldRecords(t *testing.T) {
+	t.Parallel()
 	const retention = time.Hour
 	s := newStream(t, 1)
 	old := s.putN(t, 3)

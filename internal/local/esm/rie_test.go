@@ -33,6 +33,7 @@ func buildTestBootstrap(ctx context.Context, t *testing.T) (bootstrap, rieBinary
 // The mapping driving a real Lambda bootstrap under the runtime interface emulator, one
 // emulator per lane (the emulator cannot take overlapping invocations).
 func TestMappingWithRuntimeInterfaceEmulator(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bootstrap, bin := buildTestBootstrap(ctx, t)

@@ -33,6 +33,7 @@ import (
 // object format and sends the bucket's notification to the failure queue; the real reconciler
 // handler replays them from the object: each processed once, none lost.
 func TestS3DestinationRecoversATrimmedRange(t *testing.T) {
+	t.Parallel()
 	for _, dest := range []string{"sqs", "s3"} {
 		t.Run(dest, func(t *testing.T) {
 			s := newStream(t, 1)

@@ -19,6 +19,7 @@ import (
 // records (payload.Records, data included) as one object under AWS's key, and sends the bucket's
 // ObjectCreated:Put notification to the notification queue; nothing else reaches the queue.
 func TestS3DestinationWritesTheInvocationRecord(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	puts := s.putN(t, 4)
 	q := seqsOf(puts)

@@ -28,6 +28,7 @@ import (
 // (hours) before replaying. The consumer has had them in hand (failed attempts and markers in
 // the ledger), so the first scheduled pass after they settle replays them.
 func TestSeenTailOfAQuietShardReplayedAfterSettle(t *testing.T) {
+	t.Parallel()
 	s := newStream(t, 1)
 	puts := s.putN(t, 20, "k0", "k1", "k2", "k3")
 	q, shard := seqsOf(puts), puts[0].shard

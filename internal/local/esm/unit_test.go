@@ -26,6 +26,7 @@ func validConfig() Config {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		mod  func(*Config)
@@ -68,6 +69,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNewAppliesDefaults(t *testing.T) {
+	t.Parallel()
 	m, err := New(fakeKinesis{}, nil, func(string, int) (Invoker, error) { return nil, nil },
 		Config{StreamName: "s", FunctionName: "f", StartingPosition: TrimHorizon})
 	if err != nil {
@@ -91,6 +93,7 @@ func TestNewAppliesDefaults(t *testing.T) {
 type fakeKinesis struct{ kinesisAPI }
 
 func TestConfigFromTemplate(t *testing.T) {
+	t.Parallel()
 	t.Run("full", func(t *testing.T) {
 		cfg, err := ConfigFromTemplate("testdata/template.yaml")
 		if err != nil {
@@ -166,6 +169,7 @@ func testMapping() *Mapping {
 }
 
 func TestPayloadMatchesEventEncoding(t *testing.T) {
+	t.Parallel()
 	m := testMapping()
 	var recs []*record
 	for i := range 4 {
@@ -195,6 +199,7 @@ func TestPayloadMatchesEventEncoding(t *testing.T) {
 }
 
 func TestCut(t *testing.T) {
+	t.Parallel()
 	m := testMapping()
 	var q []*record
 	for i := range 6 {
@@ -231,6 +236,7 @@ func TestCut(t *testing.T) {
 }
 
 func TestLaneOf(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		key := rapid.String().Draw(t, "key")
 		n := rapid.IntRange(1, MaxParallelizationFactor).Draw(t, "n")
@@ -251,6 +257,7 @@ func TestLaneOf(t *testing.T) {
 }
 
 func TestParseResponse(t *testing.T) {
+	t.Parallel()
 	m := testMapping()
 	recs := []*record{testRecord(t, m, "11", "k", nil), testRecord(t, m, "12", "k", nil), testRecord(t, m, "13", "k", nil)}
 	tests := []struct {
@@ -319,6 +326,7 @@ func FuzzParseResponse(f *testing.F) {
 
 // The OnFailure message has exactly the keys of the AWS documentation's example, with its types.
 func TestFailureMessageShape(t *testing.T) {
+	t.Parallel()
 	m := testMapping()
 	recs := []*record{testRecord(t, m, "21", "k", nil), testRecord(t, m, "22", "k", nil)}
 	given := func(condition string, invokes int, last *lastInvoke) *givenUp {
@@ -377,6 +385,7 @@ func TestFailureMessageShape(t *testing.T) {
 }
 
 func TestNewRequestID(t *testing.T) {
+	t.Parallel()
 	ids := map[string]bool{}
 	for range 100 {
 		id := newRequestID()
