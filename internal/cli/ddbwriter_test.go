@@ -26,7 +26,6 @@ import (
 // created), `gapless redrive` runs ddbwriter's own reconciler main, which writes the record
 // into ddbwriter's table and deletes the parked message.
 func TestRedriveDDBWriter(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the example's two functions")
 	}

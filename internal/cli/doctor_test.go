@@ -10,7 +10,6 @@ import (
 // TestDoctorOffline: the checkout's template passes (exit 0) for every samconfig environment;
 // a parameter that breaks a rule is one ERROR line naming the check and its fix, and exit 1.
 func TestDoctorOffline(t *testing.T) {
-	t.Parallel()
 	for _, env := range []string{"default", "dev", "prod"} {
 		stdout, stderr, code := gapless(t, "doctor", "--config-env", env)
 		if code != 0 || strings.Contains(stdout, "ERROR") || !strings.Contains(stdout, "ok: ") {
@@ -44,7 +43,6 @@ func TestDoctorOffline(t *testing.T) {
 // TestDoctorLiveLocal runs doctor --live against the local stack: the stream, tables and
 // checkpoints are the stack's, the mapping the emulated one configured from template.yaml.
 func TestDoctorLiveLocal(t *testing.T) {
-	t.Parallel()
 	stream, _ := stacktest.Stream(t, 1)
 	args := []string{"doctor", "--live", "--kpl", "no", "--group", "g", "--stream", stream,
 		"--checkpoint-table", stacktest.CheckpointTable(t), "--dedupe-table", stacktest.LedgerTable(t)}

@@ -72,7 +72,6 @@ func TestFlagsFollowTheFunctionsRules(t *testing.T) {
 // TestFlagsOfTheCLIOnly: flags with no function variable are held to their own ranges (the
 // developer tool's invoke --timeout is tested with its command).
 func TestFlagsOfTheCLIOnly(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string // "" = accepted
@@ -97,7 +96,6 @@ func TestFlagsOfTheCLIOnly(t *testing.T) {
 // TestMisspeltSuggestion: a misspelt flag or command gets the nearest one suggested; a word
 // far from every name gets none.
 func TestMisspeltSuggestion(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -124,7 +122,6 @@ func TestMisspeltSuggestion(t *testing.T) {
 // TestErrorNamesTheCommandOnce: an error of the package behind a command that starts with the
 // command's name is printed with the name once (it read "gapless doctor: doctor: template: ...").
 func TestErrorNamesTheCommandOnce(t *testing.T) {
-	t.Parallel()
 	_, stderr, code := gapless(t, "doctor", "--template", t.TempDir()+"/missing.yaml")
 	if code != 1 || strings.Count(stderr, "doctor:") != 1 || !strings.Contains(stderr, "missing.yaml") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
@@ -134,7 +131,6 @@ func TestErrorNamesTheCommandOnce(t *testing.T) {
 // TestNearest: a swap of two neighbouring letters is one edit, so a short name misspelt that
 // way still gets its suggestion; a word as far from a name as it is long gets none.
 func TestNearest(t *testing.T) {
-	t.Parallel()
 	names := []string{"bench", "demo", "down", "invoke", "status", "up"}
 	for _, tc := range []struct{ in, want string }{
 		{"dmeo", "demo"},

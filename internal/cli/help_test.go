@@ -46,7 +46,6 @@ func TestEverySubcommandHelp(t *testing.T) {
 // TestUnexpectedArgument: a positional argument no subcommand takes is an error in one line
 // (exit 2), as is an unknown flag.
 func TestUnexpectedArgument(t *testing.T) {
-	t.Parallel()
 	var cases [][]string
 	for name := range commands {
 		cases = append(cases, []string{name, "--no-such-flag"})

@@ -8,7 +8,6 @@ import (
 // TestStatusNamesWhatIsWrong: a stream, table or group that does not exist is one line naming
 // it and the flag (and variable) to fix, exit 1: not an SDK error, not a table of zeros.
 func TestStatusNamesWhatIsWrong(t *testing.T) {
-	t.Parallel()
 	s := newOpsStack(t)
 	s.putN(3)
 

@@ -8,7 +8,6 @@ import (
 // TestPrintableEscapesTerminalControls: text from message data is printed without anything a
 // terminal would act on.
 func TestPrintableEscapesTerminalControls(t *testing.T) {
-	t.Parallel()
 	for in, want := range map[string]string{
 		"plain record shardId-1:5:0 processed": "plain record shardId-1:5:0 processed",
 		"\x1b[2J\x1b]0;owned\x07":              `\x1b[2J\x1b]0;owned\a`,
@@ -27,7 +26,6 @@ func TestPrintableEscapesTerminalControls(t *testing.T) {
 // TestRedriveProgressIsEscaped: the progress line printed for a parked message escapes control
 // characters from its data.
 func TestRedriveProgressIsEscaped(t *testing.T) {
-	t.Parallel()
 	line := redriveLine("shardId-1:5:0", "m-1", "refused", 0, "park id \"\x1b[31mforged\" not recorded")
 	if strings.ContainsRune(line, 0x1b) || !strings.Contains(line, `\x1b[31m`) {
 		t.Fatalf("progress line %q", line)

@@ -17,7 +17,6 @@ type redriveJSON struct {
 }
 
 func TestRedrive(t *testing.T) {
-	t.Parallel()
 	s := newOpsStack(t)
 	s.parkedMaxBytes = 1500 // the large record's payload goes to the payload bucket
 	s.put([]byte(`{"id":"small-0"}`), bytes.Repeat([]byte("L"), 3000), []byte(`{"id":"small-2"}`))

@@ -48,7 +48,6 @@ func fakeLambda(t *testing.T, answer func(n int, c reconcile.Command) any) (*[]r
 // On AWS the CLI invokes the named function with the command, once per invocation until one is
 // done, and prints each answer; a refusal is a function error whose message is printed, exit 1.
 func TestRedriveInvokesTheDeployedFunction(t *testing.T) {
-	t.Parallel()
 	answer := func(n int, c reconcile.Command) any {
 		return reconcile.CommandResponse{Gapless: reconcile.CommandResult{Version: 1, Command: "redrive", Group: "orders", Stream: "orders", OnPark: "hold-key",
 			Done: n == 2, Redrive: &reconcile.RedriveResult{Received: 2, Processed: 2, Events: []reconcile.CommandEventLine{

@@ -23,7 +23,6 @@ type replayJSON struct {
 }
 
 func TestReplay(t *testing.T) {
-	t.Parallel()
 	s := newOpsStack(t)
 	s.putN(10)
 	s.run(0, 2, false, 5, true)

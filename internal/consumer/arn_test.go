@@ -94,7 +94,7 @@ func TestStreamARN(t *testing.T) {
 					}
 				}
 			}
-			if got := cp.Get(shard) != ""; got != tc.checkpoint {
+			if got := cp.Seq(shard) != ""; got != tc.checkpoint {
 				t.Errorf("checkpoint moved %v, want %v", got, tc.checkpoint)
 			}
 			if n := strings.Count(logs.String(), "record of another stream refused"); (n > 0) != (tc.refused > 0) {

@@ -64,7 +64,6 @@ func heapOf(f func()) uint64 {
 // failed record carrying the aggregate's bytes, and building the batch allocates next to
 // nothing (it used to build 200,000 pipeline records: measured in the commit message).
 func TestOversizedAggregateBuildsNothing(t *testing.T) {
-	t.Parallel()
 	agg := craftAggregate("p", 200_000)
 	recs := []inRecord{{eventID: fixtures.Shard + ":" + fixtures.Seq(7000), arn: fixtures.StreamARN, seq: fixtures.Seq(7000), pk: "p", data: agg}}
 	var pl plan

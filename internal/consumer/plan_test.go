@@ -118,7 +118,7 @@ func TestValidation(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("processed %v, want %v", got, want)
 			}
-			if c := cp.Get(shardFor("unit")); c != tc.advance {
+			if c := cp.Seq(shardFor("unit")); c != tc.advance {
 				t.Errorf("checkpoint %q, want %q", c, tc.advance)
 			}
 		})

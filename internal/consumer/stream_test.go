@@ -73,7 +73,7 @@ func TestConfiguredStream(t *testing.T) {
 			}
 			if tc.checkpoint != "" {
 				stream, shard, _ := strings.Cut(tc.checkpoint, "/")
-				if cp.Get(recordid.Shard{Group: "local", Stream: stream, ShardID: shard}) == "" {
+				if cp.Seq(recordid.Shard{Group: "local", Stream: stream, ShardID: shard}) == "" {
 					t.Errorf("no checkpoint for %s", tc.checkpoint)
 				}
 			}

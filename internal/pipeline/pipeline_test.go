@@ -142,8 +142,8 @@ func TestSkipsWhatTheLedgerHasDone(t *testing.T) {
 	if len(entries) != 2 || !slices.Equal(entries[1].Done, []recordid.ID{id(1), id(3), id(5)}) {
 		t.Errorf("ledger entry = %+v, want Done 1,3,5 only", entries[len(entries)-1])
 	}
-	if !res.CheckpointAdvanced || e.cp.Get(shard) != seq(5) {
-		t.Errorf("checkpoint = %q advanced=%v, want %s", e.cp.Get(shard), res.CheckpointAdvanced, seq(5))
+	if !res.CheckpointAdvanced || e.cp.Seq(shard) != seq(5) {
+		t.Errorf("checkpoint = %q advanced=%v, want %s", e.cp.Seq(shard), res.CheckpointAdvanced, seq(5))
 	}
 }
 
@@ -226,8 +226,8 @@ func TestFailureStopsItsKeyOnly(t *testing.T) {
 	if len(entries) != 1 || !slices.Equal(entries[0].Failed, []recordid.ID{id(3)}) {
 		t.Errorf("ledger Failed = %v, want only record 3 (blocked records are not attempts)", entries[0].Failed)
 	}
-	if e.cp.Get(shard) != seq(2) {
-		t.Errorf("checkpoint = %q, want %s (everything below the lowest failure)", e.cp.Get(shard), seq(2))
+	if e.cp.Seq(shard) != seq(2) {
+		t.Errorf("checkpoint = %q, want %s (everything below the lowest failure)", e.cp.Seq(shard), seq(2))
 	}
 }
 
@@ -265,9 +265,9 @@ func TestCheckpointTarget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.CheckpointSeq != tc.want || e.cp.Get(shard) != tc.want || res.LowestFailedSeq != tc.lowest {
+			if res.CheckpointSeq != tc.want || e.cp.Seq(shard) != tc.want || res.LowestFailedSeq != tc.lowest {
 				t.Errorf("checkpoint target %q stored %q lowest failed %q; want %q and lowest %q",
-					res.CheckpointSeq, e.cp.Get(shard), res.LowestFailedSeq, tc.want, tc.lowest)
+					res.CheckpointSeq, e.cp.Seq(shard), res.LowestFailedSeq, tc.want, tc.lowest)
 			}
 			if tc.want == "" && e.cp.Calls != 0 {
 				t.Errorf("%d checkpoint calls, want none", e.cp.Calls)
@@ -507,8 +507,8 @@ func TestAttemptsAndParking(t *testing.T) {
 						t.Errorf("by-reference park must log at ERROR: %v", l)
 					}
 				}
-				if e.cp.Get(shard) != seq(3) {
-					t.Errorf("checkpoint %q, want past the parked record", e.cp.Get(shard))
+				if e.cp.Seq(shard) != seq(3) {
+					t.Errorf("checkpoint %q, want past the parked record", e.cp.Seq(shard))
 				}
 				return
 			}

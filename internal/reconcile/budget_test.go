@@ -66,8 +66,8 @@ func TestStuckShardDoesNotStopOthers(t *testing.T) {
 	second := (&memShard{id: "shardId-1"}).addRecords(100, 6, now, key3)
 	cfg := Config{MinShardTime: 300 * time.Millisecond, DeadlineMargin: time.Second}
 	u := newUnit(t, newMemKinesis(first, second), cfg)
-	u.cps.set(ushard(first.id), fakeSeq(5), "")
-	u.cps.set(ushard(second.id), fakeSeq(105), "")
+	u.cps.Set(ushard(first.id), fakeSeq(5), "")
+	u.cps.Set(ushard(second.id), fakeSeq(105), "")
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	p, err := pipeline.New(u.ledger, &pipelinetest.Checkpoint{}, u.parker, u.rec.process, pipeline.Config{MaxRecordAttempts: 2, MaxConcurrency: 2})
@@ -82,7 +82,7 @@ func TestStuckShardDoesNotStopOthers(t *testing.T) {
 	u.r.setCursor(first.id) // the killer's shard comes first
 
 	rep := runBounded(t, u.r, 4*time.Second)
-	if got := u.cps.state(second.id).Watermark; got != fakeSeq(105) {
+	if got := u.cps.State(second.id).Watermark; got != fakeSeq(105) {
 		t.Fatalf("second shard's watermark %q, want its checkpoint %s: not verified while the first hangs", got, fakeSeq(105))
 	}
 	var order []string
@@ -98,18 +98,18 @@ func TestStuckShardDoesNotStopOthers(t *testing.T) {
 	if !slices.Equal(order, []string{first.id, second.id}) {
 		t.Fatalf("pass order %v", order)
 	}
-	if got := u.cps.state(first.id).Watermark; got != "" && seqnum.Compare(got, fakeSeq(2)) >= 0 {
+	if got := u.cps.State(first.id).Watermark; got != "" && seqnum.Compare(got, fakeSeq(2)) >= 0 {
 		t.Fatalf("first shard's watermark %s passed the hanging record", got)
 	}
 
 	// The next pass walks the shard after the stuck one first.
 	second.addRecords(106, 2, now, key3)
-	u.cps.set(ushard(second.id), fakeSeq(107), fakeSeq(105))
+	u.cps.Set(ushard(second.id), fakeSeq(107), fakeSeq(105))
 	rep = runBounded(t, u.r, 4*time.Second)
 	if len(rep.Shards) != 2 || rep.Shards[0].ShardID != second.id || !rep.Shards[1].Stuck {
 		t.Fatalf("second pass %+v: want %s first and %s stuck again", rep.Shards, second.id, first.id)
 	}
-	if got := u.cps.state(second.id).Watermark; got != fakeSeq(107) {
+	if got := u.cps.State(second.id).Watermark; got != fakeSeq(107) {
 		t.Fatalf("second pass: watermark %q, want %s", got, fakeSeq(107))
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/metrics"
 	"github.com/gapless-dev/gapless/internal/recordid"
 	"github.com/gapless-dev/gapless/internal/seqnum"
@@ -85,7 +86,7 @@ func TestExpiredSpanClassified(t *testing.T) {
 				opts = append(opts, WithCensus(c))
 			}
 			u := newUnit(t, newMemKinesis(sh), Config{}, opts...)
-			u.cps.set(ushard(sh.id), fakeSeq(19), fakeSeq(4))
+			u.cps.Set(ushard(sh.id), fakeSeq(19), fakeSeq(4))
 			u.markDone(t, sh.id, span(0, 4)...)
 			if len(tt.done) > 0 {
 				u.markDone(t, sh.id, tt.done...)
@@ -95,7 +96,7 @@ func TestExpiredSpanClassified(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := u.cps.state(sh.id)
+			st := u.cps.State(sh.id)
 			if rep.ExpiredUnverified != tt.wantExpire || rep.LostToRetention != tt.wantLost {
 				t.Errorf("pass: ExpiredUnverified %d LostToRetention %d, want %d and %d", rep.ExpiredUnverified, rep.LostToRetention, tt.wantExpire, tt.wantLost)
 			}
@@ -118,7 +119,7 @@ func TestExpiredUnverifiedInSummaryAndMetrics(t *testing.T) {
 	t.Parallel()
 	sh, c := farBehind()
 	u := newUnit(t, newMemKinesis(sh), Config{}, WithCensus(c))
-	u.cps.set(ushard(sh.id), fakeSeq(19), fakeSeq(4))
+	u.cps.Set(ushard(sh.id), fakeSeq(19), fakeSeq(4))
 	u.markDone(t, sh.id, span(0, 19)...)
 	var buf bytes.Buffer
 	h := NewHandler(u.r, metrics.New(&buf, metrics.Namespace, []metrics.Dimension{{Name: metrics.DimensionGroup, Value: ugroup}}), discard())
@@ -155,7 +156,7 @@ func TestDeferredShardReportsLag(t *testing.T) {
 	clock := now
 	sh := (&memShard{id: "shardId-000000000000"}).addRecords(0, 6, now.Add(-time.Minute), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{}, WithClock(func() time.Time { return clock }))
-	u.cps.set(ushard(sh.id), fakeSeq(5), "")
+	u.cps.Set(ushard(sh.id), fakeSeq(5), "")
 	if rep, err := u.r.Run(context.Background()); err != nil || !rep.Shards[0].Complete {
 		t.Fatalf("first pass: %+v %v", rep, err)
 	}
@@ -174,10 +175,8 @@ func TestDeferredShardReportsLag(t *testing.T) {
 
 	// A cold reconciler (no walk of its own) measures from the stored watermark's last move.
 	cold := newUnit(t, newMemKinesis(sh), Config{}, WithClock(func() time.Time { return clock }))
-	cold.cps.set(ushard(sh.id), fakeSeq(5), fakeSeq(2))
-	cold.cps.mu.Lock()
-	cold.cps.get(ushard(sh.id)).WatermarkAt = now.Add(-time.Hour)
-	cold.cps.mu.Unlock()
+	cold.cps.Set(ushard(sh.id), fakeSeq(5), fakeSeq(2))
+	cold.cps.Edit(ushard(sh.id), func(st *checkpoint.State) { st.WatermarkAt = now.Add(-time.Hour) })
 	rep, _ = cold.r.Run(spent)
 	if lags := shardLags(rep, clock); len(lags) != 1 || lags[0].lag != time.Hour+10*time.Minute {
 		t.Errorf("cold reconciler, deferred shard: lags %v, want 1h10m", lags)

@@ -14,11 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
-	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
 	"github.com/gapless-dev/gapless/internal/recordid"
-	"github.com/gapless-dev/gapless/internal/seqnum"
 )
 
 // fakeSeq is the i-th sequence number of the fake stream (56 digits, like real ones).
@@ -156,160 +154,10 @@ func (m *memKinesis) count(call string) int {
 	return m.calls[call]
 }
 
-// memCheckpoints is an in-memory Checkpoints with the monotonic semantics of checkpoint.Store.
-// TEST-ONLY.
-type memCheckpoints struct {
-	mu     sync.Mutex
-	states map[string]*checkpoint.State
-	// closed records MarkClosed calls.
-	closed []string
-	// advanceErr, when set, fails AdvanceWatermark.
-	advanceErr func(shard recordid.Shard, seq string) error
-	// lossErr, when set, fails CountLoss.
-	lossErr error
-	spans   map[string]bool // spans counted, by shard and the watermark they follow
-	lists   int             // List calls
-	gets    []string        // Get calls, by shard id
-}
-
-var _ Checkpoints = (*memCheckpoints)(nil)
-
-func newMemCheckpoints() *memCheckpoints {
-	return &memCheckpoints{states: map[string]*checkpoint.State{}}
-}
-
-func (c *memCheckpoints) get(shard recordid.Shard) *checkpoint.State {
-	st, ok := c.states[shard.ShardID]
-	if !ok {
-		st = &checkpoint.State{Shard: shard}
-		c.states[shard.ShardID] = st
-	}
-	return st
-}
-
-// set seeds a shard's checkpoint and watermark.
-func (c *memCheckpoints) set(shard recordid.Shard, cp, wm string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := c.get(shard)
-	st.Checkpoint, st.Watermark = cp, wm
-}
-
-func (c *memCheckpoints) state(shardID string) checkpoint.State {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st, ok := c.states[shardID]; ok {
-		return *st
-	}
-	return checkpoint.State{}
-}
-
-func (c *memCheckpoints) List(_ context.Context, group, stream string) ([]checkpoint.State, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lists++
-	var out []checkpoint.State
-	for _, st := range c.states {
-		if st.Shard.Group == group && st.Shard.Stream == stream {
-			out = append(out, *st)
-		}
-	}
-	return out, nil
-}
-
-func (c *memCheckpoints) AdvanceWatermark(_ context.Context, shard recordid.Shard, seq string) (checkpoint.Result, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.advanceErr != nil {
-		if err := c.advanceErr(shard, seq); err != nil {
-			return checkpoint.Result{}, err
-		}
-	}
-	if err := seqnum.Validate(seq); err != nil {
-		return checkpoint.Result{}, err
-	}
-	st := c.get(shard)
-	if st.Watermark != "" && seqnum.Compare(st.Watermark, seq) >= 0 {
-		return checkpoint.Result{Previous: st.Watermark}, nil
-	}
-	st.Watermark = seq
-	return checkpoint.Result{Advanced: true}, nil
-}
-
-// CountLoss has checkpoint.Store.CountLoss's conditions: the watermark still exactly l.After
-// and the span not counted yet.
-func (c *memCheckpoints) CountLoss(_ context.Context, shard recordid.Shard, l checkpoint.Loss) (checkpoint.Result, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.lossErr != nil {
-		return checkpoint.Result{}, c.lossErr
-	}
-	st := c.get(shard)
-	if c.spans == nil {
-		c.spans = map[string]bool{}
-	}
-	span := shard.ShardID + "|" + l.After
-	if st.Watermark != l.After || c.spans[span] {
-		return checkpoint.Result{Previous: st.Watermark}, nil
-	}
-	c.spans[span] = true
-	if l.To != "" {
-		st.Watermark = l.To
-	}
-	if l.Done {
-		st.ExpiredUnverified++
-	} else {
-		st.LostToRetention++
-	}
-	return checkpoint.Result{Advanced: true}, nil
-}
-
-func (c *memCheckpoints) AddCounters(_ context.Context, shard recordid.Shard, n checkpoint.Counters) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := c.get(shard)
-	st.GapsDetected += n.GapsDetected
-	st.GapsReplayed += n.GapsReplayed
-	st.Parked += n.Parked
-	st.LostToRetention += n.LostToRetention
-	st.Filtered += n.Filtered
-	return nil
-}
-
-func (c *memCheckpoints) MarkClosed(_ context.Context, shard recordid.Shard, endingSeq string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := c.get(shard)
-	if st.EndingSeq != "" && st.EndingSeq != endingSeq {
-		return checkpoint.ErrConflict
-	}
-	st.Closed, st.EndingSeq = true, endingSeq
-	c.closed = append(c.closed, shard.ShardID)
-	return nil
-}
-
-func (c *memCheckpoints) SetEmptyThrough(_ context.Context, shard recordid.Shard, e checkpoint.EmptyThrough) (bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := c.get(shard)
-	if st.Watermark != e.After || (st.Empty.After == e.After && !e.Through.After(st.Empty.Through)) {
-		return false, nil
-	}
-	st.Empty = e
-	return true, nil
-}
-
-func (c *memCheckpoints) SetLineage(_ context.Context, shard recordid.Shard, parents []string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.get(shard).Parents = parents
-	return nil
-}
-
 // unit is a Reconciler over in-memory fakes and the pipeline's test stores.
 type unit struct {
 	kin    *memKinesis
-	cps    *memCheckpoints
+	cps    *pipelinetest.Checkpoint
 	ledger *pipelinetest.Ledger
 	parker *pipelinetest.Parker
 	rec    *recorder
@@ -327,7 +175,7 @@ func ushard(id string) recordid.Shard {
 
 func newUnit(t *testing.T, kin *memKinesis, cfg Config, opts ...Option) *unit {
 	t.Helper()
-	u := &unit{kin: kin, cps: newMemCheckpoints(), ledger: &pipelinetest.Ledger{}, parker: &pipelinetest.Parker{}, rec: newRecorder()}
+	u := &unit{kin: kin, cps: &pipelinetest.Checkpoint{}, ledger: &pipelinetest.Ledger{}, parker: &pipelinetest.Parker{}, rec: newRecorder()}
 	p, err := pipeline.New(u.ledger, &pipelinetest.Checkpoint{}, u.parker, u.rec.process, pipeline.Config{MaxRecordAttempts: 2, MaxConcurrency: 2})
 	if err != nil {
 		t.Fatal(err)

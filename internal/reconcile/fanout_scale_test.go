@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
+	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 )
 
@@ -116,10 +117,7 @@ func TestFanOutKeepsUpAtScale(t *testing.T) {
 						if err := u.ledger.Record(ctx, ushard(sh.id), e); err != nil {
 							t.Error(err)
 						}
-						u.cps.mu.Lock()
-						st := u.cps.get(ushard(sh.id))
-						st.Checkpoint, st.CheckpointAt = fakeSeq(n), time.Now()
-						u.cps.mu.Unlock()
+						u.cps.Edit(ushard(sh.id), func(st *checkpoint.State) { st.Checkpoint, st.CheckpointAt = fakeSeq(n), time.Now() })
 					}
 				}
 				time.Sleep(time.Second)
@@ -178,7 +176,7 @@ func TestFanOutKeepsUpAtScale(t *testing.T) {
 		}
 		var behind []string
 		for _, sh := range mss {
-			if st := u.cps.state(sh.id); st.Watermark == "" || st.VerifiedAsOf.IsZero() {
+			if st := u.cps.State(sh.id); st.Watermark == "" || st.VerifiedAsOf.IsZero() {
 				behind = append(behind, sh.id)
 			}
 		}

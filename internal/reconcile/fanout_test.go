@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/metrics"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -130,10 +131,10 @@ func TestFanOutParentsBeforeChildren(t *testing.T) {
 	sibling := (&memShard{id: "shardId-2", parents: []string{"shardId-0"}}).addRecords(200, 2, now, key3)
 	u := newUnit(t, newMemKinesis(parent, child, sibling), Config{})
 	u.markDone(t, parent.id, 0)
-	u.cps.set(ushard(parent.id), fakeSeq(3), "")
+	u.cps.Set(ushard(parent.id), fakeSeq(3), "")
 	u.markDone(t, child.id, 102)
-	u.cps.set(ushard(child.id), fakeSeq(102), "") // the mapping moved on: the parent is drained
-	u.cps.set(ushard(sibling.id), fakeSeq(201), "")
+	u.cps.Set(ushard(child.id), fakeSeq(102), "") // the mapping moved on: the parent is drained
+	u.cps.Set(ushard(sibling.id), fakeSeq(201), "")
 	q, buf := &workQueue{}, &bytes.Buffer{}
 	h := fanOutHandler(u, q, buf)
 
@@ -154,11 +155,11 @@ func TestFanOutParentsBeforeChildren(t *testing.T) {
 	want := append(fakeIDs(parent.id, 1, 7), recordid.ID{ShardID: child.id, Seq: fakeSeq(100)}, recordid.ID{ShardID: child.id, Seq: fakeSeq(101)})
 	want = append(want, fakeIDs(sibling.id, 200, 201)...)
 	checkOnce(t, "replayed", u.rec.counts(), want)
-	if !slices.Contains(u.cps.closed, parent.id) {
+	if !slices.Contains(u.cps.Closed, parent.id) {
 		t.Error("parent not marked closed")
 	}
 	for _, id := range []string{parent.id, child.id, sibling.id} {
-		if u.cps.state(id).VerifiedAsOf.IsZero() {
+		if u.cps.State(id).VerifiedAsOf.IsZero() {
 			t.Errorf("%s: no verifiedAsOf after its walk", id)
 		}
 	}
@@ -175,7 +176,7 @@ func TestFanOutContinuesAWalkOutOfTime(t *testing.T) {
 	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 40, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{PageLimit: 2})
-	u.cps.set(ushard(sh.id), fakeSeq(39), "")
+	u.cps.Set(ushard(sh.id), fakeSeq(39), "")
 	q, buf := &workQueue{}, &bytes.Buffer{}
 	h := fanOutHandler(u, q, buf)
 	var n atomic.Int32
@@ -198,7 +199,7 @@ func TestFanOutContinuesAWalkOutOfTime(t *testing.T) {
 		t.Errorf("walks %v: want several walks of %s", walked, sh.id)
 	}
 	checkOnce(t, "replayed", u.rec.counts(), fakeIDs(sh.id, 0, 39))
-	if wm := u.cps.state(sh.id).Watermark; wm != fakeSeq(39) {
+	if wm := u.cps.State(sh.id).Watermark; wm != fakeSeq(39) {
 		t.Errorf("watermark %s, want the checkpoint", wm)
 	}
 }
@@ -232,7 +233,7 @@ func TestVerifyMessageRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sh := (&memShard{id: "shardId-0"}).addRecords(0, 4, time.Now(), key3)
 			u := newUnit(t, newMemKinesis(sh), Config{})
-			u.cps.set(ushard(sh.id), fakeSeq(3), "")
+			u.cps.Set(ushard(sh.id), fakeSeq(3), "")
 			q, buf := &workQueue{}, &bytes.Buffer{}
 			h := fanOutHandler(u, q, buf)
 			msg := events.SQSMessage{MessageId: "forged", Body: tt.body, EventSource: "aws:sqs", EventSourceARN: verifyARN,
@@ -258,7 +259,7 @@ func TestVerifyMessageRefused(t *testing.T) {
 	// The same message, well formed, is walked and deleted.
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 4, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{})
-	u.cps.set(ushard(sh.id), fakeSeq(3), "")
+	u.cps.Set(ushard(sh.id), fakeSeq(3), "")
 	h := fanOutHandler(u, &workQueue{}, &bytes.Buffer{})
 	msg := events.SQSMessage{MessageId: "real", Body: body(ugroup, ustream, sh.id), EventSource: "aws:sqs", EventSourceARN: verifyARN,
 		Attributes: map[string]string{"MessageGroupId": sh.id}}
@@ -276,18 +277,20 @@ func TestCoordinatorReportsEveryShardsLag(t *testing.T) {
 	now := later()
 	shards := []*memShard{{id: "shardId-0"}, {id: "shardId-1"}, {id: "shardId-2"}, {id: "shardId-3"}, {id: "shardId-4", ending: fakeSeq(9)}}
 	u := newUnit(t, newMemKinesis(shards...), Config{})
-	u.cps.set(ushard("shardId-0"), fakeSeq(1), fakeSeq(1))
-	u.cps.set(ushard("shardId-1"), fakeSeq(1), fakeSeq(1))
-	u.cps.set(ushard("shardId-2"), fakeSeq(1), "")
-	u.cps.set(ushard("shardId-4"), fakeSeq(9), fakeSeq(9))
-	u.cps.mu.Lock()
-	u.cps.states["shardId-0"].VerifiedAsOf = now.Add(-2 * time.Minute)
-	u.cps.states["shardId-0"].WatermarkAt = now.Add(-time.Hour) // older, but the walk knows better
-	u.cps.states["shardId-1"].WatermarkAt = now.Add(-10 * time.Minute)
-	u.cps.states["shardId-2"].CheckpointAt = now.Add(-3 * time.Hour)
-	u.cps.states["shardId-4"].Closed = true
-	u.cps.states["shardId-4"].VerifiedAsOf = now.Add(-9 * time.Hour) // closed: nothing left
-	u.cps.mu.Unlock()
+	u.cps.Set(ushard("shardId-0"), fakeSeq(1), fakeSeq(1))
+	u.cps.Set(ushard("shardId-1"), fakeSeq(1), fakeSeq(1))
+	u.cps.Set(ushard("shardId-2"), fakeSeq(1), "")
+	u.cps.Set(ushard("shardId-4"), fakeSeq(9), fakeSeq(9))
+	u.cps.Edit(ushard("shardId-0"), func(st *checkpoint.State) {
+		st.VerifiedAsOf = now.Add(-2 * time.Minute)
+		st.WatermarkAt = now.Add(-time.Hour) // older, but the walk knows better
+	})
+	u.cps.Edit(ushard("shardId-1"), func(st *checkpoint.State) { st.WatermarkAt = now.Add(-10 * time.Minute) })
+	u.cps.Edit(ushard("shardId-2"), func(st *checkpoint.State) { st.CheckpointAt = now.Add(-3 * time.Hour) })
+	u.cps.Edit(ushard("shardId-4"), func(st *checkpoint.State) {
+		st.Closed = true
+		st.VerifiedAsOf = now.Add(-9 * time.Hour) // closed: nothing left
+	})
 	buf := &bytes.Buffer{}
 	q := &workQueue{}
 	h := fanOutHandler(u, q, buf)
@@ -368,14 +371,14 @@ func TestWalkReadsOnlyItsLineagesItems(t *testing.T) {
 	}
 	u := newUnit(t, newMemKinesis(others...), Config{})
 	for _, s := range others {
-		u.cps.set(ushard(s.id), fakeSeq(1), "")
+		u.cps.Set(ushard(s.id), fakeSeq(1), "")
 	}
 	if _, err := u.r.RunShard(context.Background(), child.id); err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(u.cps.gets)
-	if u.cps.lists != 0 || !slices.Equal(u.cps.gets, []string{parent.id, child.id, grandchild.id}) {
-		t.Errorf("List %d times, Get %v: want the shard's, its parent's and its child's items only", u.cps.lists, u.cps.gets)
+	slices.Sort(u.cps.Gets)
+	if u.cps.Lists != 0 || !slices.Equal(u.cps.Gets, []string{parent.id, child.id, grandchild.id}) {
+		t.Errorf("List %d times, Get %v: want the shard's, its parent's and its child's items only", u.cps.Lists, u.cps.Gets)
 	}
 }
 
@@ -387,8 +390,8 @@ func TestWalkOfAChildWaitsForItsParent(t *testing.T) {
 	parent := (&memShard{id: "shardId-0", ending: fakeSeq(999)}).addRecords(0, 4, now, key3)
 	child := (&memShard{id: "shardId-1", parents: []string{"shardId-0"}}).addRecords(100, 2, now, key3)
 	u := newUnit(t, newMemKinesis(parent, child), Config{})
-	u.cps.set(ushard(parent.id), fakeSeq(3), "")
-	u.cps.set(ushard(child.id), fakeSeq(101), "")
+	u.cps.Set(ushard(parent.id), fakeSeq(3), "")
+	u.cps.Set(ushard(child.id), fakeSeq(101), "")
 	q := &workQueue{}
 	h := fanOutHandler(u, q, &bytes.Buffer{})
 	msg := events.SQSMessage{MessageId: "early", EventSource: "aws:sqs", EventSourceARN: verifyARN, Attributes: map[string]string{"MessageGroupId": child.id},

@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
+	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/filter"
 	"github.com/gapless-dev/gapless/internal/kpl"
 	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
@@ -28,7 +29,7 @@ func TestFilteredRecordsAreAccountedFor(t *testing.T) {
 	t.Run("scheduled pass", func(t *testing.T) {
 		sh := newShard()
 		u := newUnit(t, newMemKinesis(sh), Config{Filter: keepBelow4}) // PageLimit 4: pages 4-7 and 8-11 are all filtered
-		u.cps.set(ushard(sh.id), fakeSeq(11), "")
+		u.cps.Set(ushard(sh.id), fakeSeq(11), "")
 		rep, err := u.r.Run(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -37,7 +38,7 @@ func TestFilteredRecordsAreAccountedFor(t *testing.T) {
 			t.Errorf("gaps %d replayed %d filtered %d, want 4, 4, 8", rep.GapsDetected, rep.GapsReplayed, rep.Filtered)
 		}
 		checkOnce(t, "replayed", u.rec.counts(), fakeIDs(sh.id, 0, 3))
-		if st := u.cps.state(sh.id); st.Watermark != fakeSeq(11) || st.Filtered != 8 || st.GapsDetected != 4 {
+		if st := u.cps.State(sh.id); st.Watermark != fakeSeq(11) || st.Filtered != 8 || st.GapsDetected != 4 {
 			t.Errorf("state: watermark %s filtered %d gaps %d; want %s, 8, 4", st.Watermark, st.Filtered, st.GapsDetected, fakeSeq(11))
 		}
 		if s := rep.ShardReport(); s.Filtered != 8 {
@@ -48,7 +49,7 @@ func TestFilteredRecordsAreAccountedFor(t *testing.T) {
 	t.Run("without the filter every record is a gap", func(t *testing.T) {
 		sh := newShard()
 		u := newUnit(t, newMemKinesis(sh), Config{})
-		u.cps.set(ushard(sh.id), fakeSeq(11), "")
+		u.cps.Set(ushard(sh.id), fakeSeq(11), "")
 		rep, err := u.r.Run(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -73,9 +74,9 @@ func TestFilteredRecordsAreAccountedFor(t *testing.T) {
 
 	t.Run("status", func(t *testing.T) {
 		sh := newShard()
-		cps := newMemCheckpoints()
-		cps.set(ushard(sh.id), fakeSeq(11), "")
-		cps.get(ushard(sh.id)).Filtered = 5
+		cps := &pipelinetest.Checkpoint{}
+		cps.Set(ushard(sh.id), fakeSeq(11), "")
+		cps.Edit(ushard(sh.id), func(st *checkpoint.State) { st.Filtered = 5 })
 		ledger := &pipelinetest.Ledger{}
 		now := time.Now().Add(time.Hour)
 		st, err := Status(ctx, newMemKinesis(sh), cps, ledger, StatusConfig{Group: ugroup, Stream: ustream, Filter: keepBelow4,
@@ -112,7 +113,7 @@ func TestFilterJudgesUserRecordsOfAnAggregate(t *testing.T) {
 	sh.recs = append(sh.recs, kintypes.Record{SequenceNumber: aws.String(fakeSeq(0)), PartitionKey: aws.String("a"),
 		Data: agg, ApproximateArrivalTimestamp: aws.Time(time.Now())})
 	u := newUnit(t, newMemKinesis(sh), Config{Filter: keepBelow4})
-	u.cps.set(ushard(sh.id), fakeSeq(0), "")
+	u.cps.Set(ushard(sh.id), fakeSeq(0), "")
 	rep, err := u.r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestFilterJudgesUserRecordsOfAnAggregate(t *testing.T) {
 	}
 	checkOnce(t, "replayed", u.rec.counts(), []recordid.ID{
 		{ShardID: sh.id, Seq: fakeSeq(0), Sub: 0}, {ShardID: sh.id, Seq: fakeSeq(0), Sub: 2}})
-	if st := u.cps.state(sh.id); st.Watermark != fakeSeq(0) {
+	if st := u.cps.State(sh.id); st.Watermark != fakeSeq(0) {
 		t.Errorf("watermark %s, want %s", st.Watermark, fakeSeq(0))
 	}
 }

@@ -44,7 +44,7 @@ func TestReplayRangeLossCountedOnce(t *testing.T) {
 			if tt.watermark >= 0 {
 				wm = fakeSeq(tt.watermark)
 			}
-			u.cps.set(ushard(sh.id), fakeSeq(11), wm)
+			u.cps.Set(ushard(sh.id), fakeSeq(11), wm)
 			rep, err := u.r.ReplayRange(context.Background(), sh.id, fakeSeq(tt.from), fakeSeq(tt.to))
 			if err != nil {
 				t.Fatal(err)
@@ -59,7 +59,7 @@ func TestReplayRangeLossCountedOnce(t *testing.T) {
 			if _, err := u.r.Run(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			st := u.cps.state(sh.id)
+			st := u.cps.State(sh.id)
 			if st.LostToRetention != tt.wantLost {
 				t.Errorf("LostToRetention %d after replay, replay and pass; want %d", st.LostToRetention, tt.wantLost)
 			}
@@ -138,7 +138,7 @@ func TestReplayRangeRefusalWithoutExpiry(t *testing.T) {
 		return 0, &kintypes.ResourceNotFoundException{Message: aws.String("Unable to find record with provided SequenceNumber " + seq)}
 	}
 	u := newUnit(t, kin, Config{})
-	u.cps.set(ushard(sh.id), fakeSeq(11), fakeSeq(1))
+	u.cps.Set(ushard(sh.id), fakeSeq(11), fakeSeq(1))
 	rep, err := u.r.ReplayRange(context.Background(), sh.id, fakeSeq(5), fakeSeq(8))
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestReplayRangeRefusalWithoutExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOnce(t, "replayed", u.rec.counts(), fakeIDs(sh.id, 2, 11))
-	if st := u.cps.state(sh.id); st.LostToRetention != 0 || st.Watermark != fakeSeq(11) {
+	if st := u.cps.State(sh.id); st.LostToRetention != 0 || st.Watermark != fakeSeq(11) {
 		t.Errorf("lostToRetention %d watermark %s, want 0 and %s", st.LostToRetention, st.Watermark, fakeSeq(11))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
+	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
 )
 
 // TestStartOf: where the walk of a shard without a checkpoint of its own starts, by starting
@@ -45,7 +46,7 @@ func TestStartOf(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := New(newMemKinesis(), newMemCheckpoints(), nopReplayer{}, Config{Group: "g", Stream: "s", StartingPosition: tc.pos})
+			r, err := New(newMemKinesis(), &pipelinetest.Checkpoint{}, nopReplayer{}, Config{Group: "g", Stream: "s", StartingPosition: tc.pos})
 			if err != nil {
 				t.Fatal(err)
 			}

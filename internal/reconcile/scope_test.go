@@ -15,6 +15,7 @@ import (
 
 	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/pipeline"
+	"github.com/gapless-dev/gapless/internal/pipeline/pipelinetest"
 )
 
 // splitInHalves splits shardID at the middle of the hash range, waits for the children and
@@ -222,7 +223,7 @@ func TestNeverCheckpointed(t *testing.T) {
 func TestStartingPositionValidated(t *testing.T) {
 	t.Parallel()
 	for _, pos := range []string{"", StartTrimHorizon, StartLatest, "AT_TIMESTAMP", "latest"} {
-		_, err := New(newMemKinesis(), newMemCheckpoints(), nopReplayer{}, Config{Group: "g", Stream: "s", StartingPosition: pos})
+		_, err := New(newMemKinesis(), &pipelinetest.Checkpoint{}, nopReplayer{}, Config{Group: "g", Stream: "s", StartingPosition: pos})
 		if wantErr := pos == "AT_TIMESTAMP" || pos == "latest"; errors.Is(err, ErrConfig) != wantErr {
 			t.Errorf("StartingPosition %q: error %v, want error %v", pos, err, wantErr)
 		}

@@ -18,8 +18,8 @@ func TestStatusShowsMarkers(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 10, now.Add(-time.Hour), key3)
-	cps := newMemCheckpoints()
-	cps.set(ushard(sh.id), fakeSeq(4), fakeSeq(4))
+	cps := &pipelinetest.Checkpoint{}
+	cps.Set(ushard(sh.id), fakeSeq(4), fakeSeq(4))
 	ledger := &pipelinetest.Ledger{}
 	id := func(i int) recordid.ID { return recordid.ID{ShardID: sh.id, Seq: fakeSeq(i)} }
 	mark := func(nonce string, deadline time.Time, ids ...int) {

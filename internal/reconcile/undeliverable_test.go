@@ -24,7 +24,7 @@ func TestUndeliverableRecordReplayed(t *testing.T) {
 	sh.recs[3].Data = big
 	u := newUnit(t, newMemKinesis(sh), Config{SettleAfter: 30 * time.Minute})
 	u.markDone(t, sh.id, 0, 1, 2)
-	u.cps.set(ushard(sh.id), fakeSeq(2), fakeSeq(2))
+	u.cps.Set(ushard(sh.id), fakeSeq(2), fakeSeq(2))
 	rep, err := u.r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +38,7 @@ func TestUndeliverableRecordReplayed(t *testing.T) {
 			t.Errorf("record %d (deliverable, past the checkpoint, unsettled) replayed %d times: it is still the mapping's", i, n)
 		}
 	}
-	if st := u.cps.state(sh.id); st.Watermark != fakeSeq(3) {
+	if st := u.cps.State(sh.id); st.Watermark != fakeSeq(3) {
 		t.Errorf("watermark %s, want %s (the replayed record)", st.Watermark, fakeSeq(3))
 	}
 	if rep.TailReplayed != 1 {
@@ -51,7 +51,7 @@ func TestUndeliverableRecordReplayed(t *testing.T) {
 	sh2.recs[3].Data = big
 	u2 := newUnit(t, newMemKinesis(sh2), Config{SettleAfter: 30 * time.Minute})
 	u2.markDone(t, sh2.id, 0, 1, 2, 4, 5)
-	u2.cps.set(ushard(sh2.id), fakeSeq(5), fakeSeq(2))
+	u2.cps.Set(ushard(sh2.id), fakeSeq(5), fakeSeq(2))
 	if _, err := u2.r.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

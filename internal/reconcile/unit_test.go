@@ -139,7 +139,7 @@ func TestWatermarkRecordGone(t *testing.T) {
 			kin := newMemKinesis(sh)
 			kin.at = tt.at
 			u := newUnit(t, kin, Config{})
-			u.cps.set(ushard(sh.id), fakeSeq(9), fakeSeq(1))
+			u.cps.Set(ushard(sh.id), fakeSeq(9), fakeSeq(1))
 			rep, err := u.r.Run(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -148,7 +148,7 @@ func TestWatermarkRecordGone(t *testing.T) {
 				t.Errorf("lost %d, want %d", rep.LostToRetention, tt.wantLost)
 			}
 			checkOnce(t, "replayed", u.rec.counts(), fakeIDs(sh.id, tt.wantFirst, 9))
-			st := u.cps.state(sh.id)
+			st := u.cps.State(sh.id)
 			if st.Watermark != fakeSeq(9) || st.LostToRetention != int64(tt.wantLost) {
 				t.Errorf("watermark %s lost %d", st.Watermark, st.LostToRetention)
 			}
@@ -168,20 +168,18 @@ func TestLossCountFailureHoldsTheWatermark(t *testing.T) {
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 12, time.Now(), key3)
 	sh.trimmed = 3 // the records after the watermark (1) expired: 2 is gone, 3 is held
 	u := newUnit(t, newMemKinesis(sh), Config{PageLimit: 4})
-	u.cps.set(ushard(sh.id), fakeSeq(11), fakeSeq(1))
-	u.cps.lossErr = errBoom
+	u.cps.Set(ushard(sh.id), fakeSeq(11), fakeSeq(1))
+	u.cps.FailLoss = errBoom
 	rep, _ := u.r.Run(context.Background())
-	if st := u.cps.state(sh.id); st.Watermark != fakeSeq(1) || rep.LostToRetention != 0 {
+	if st := u.cps.State(sh.id); st.Watermark != fakeSeq(1) || rep.LostToRetention != 0 {
 		t.Fatalf("watermark %s (lost %d) after the counting write failed: want it held at %s", st.Watermark, rep.LostToRetention, fakeSeq(1))
 	}
-	u.cps.mu.Lock()
-	u.cps.lossErr = nil
-	u.cps.mu.Unlock()
+	u.cps.FailLoss = nil
 	rep, err := u.r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := u.cps.state(sh.id); st.Watermark != fakeSeq(11) || st.LostToRetention != 1 || rep.LostToRetention != 1 {
+	if st := u.cps.State(sh.id); st.Watermark != fakeSeq(11) || st.LostToRetention != 1 || rep.LostToRetention != 1 {
 		t.Errorf("watermark %s lost %d (run %d), want %s and 1", st.Watermark, st.LostToRetention, rep.LostToRetention, fakeSeq(11))
 	}
 }
@@ -191,7 +189,7 @@ func TestEverythingUpToCheckpointExpired(t *testing.T) {
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 10, time.Now(), key3)
 	sh.trimmed = 6 // records 0-5 gone; the checkpoint (4) and watermark (1) with them
 	u := newUnit(t, newMemKinesis(sh), Config{})
-	u.cps.set(ushard(sh.id), fakeSeq(4), fakeSeq(1))
+	u.cps.Set(ushard(sh.id), fakeSeq(4), fakeSeq(1))
 	rep, err := u.r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +197,7 @@ func TestEverythingUpToCheckpointExpired(t *testing.T) {
 	if rep.LostToRetention != 1 || len(u.rec.delivered()) != 0 {
 		t.Fatalf("lost %d, processed %d: want the span counted and nothing past the checkpoint touched", rep.LostToRetention, len(u.rec.delivered()))
 	}
-	if st := u.cps.state(sh.id); st.Watermark != fakeSeq(4) {
+	if st := u.cps.State(sh.id); st.Watermark != fakeSeq(4) {
 		t.Errorf("watermark %s, want the checkpoint %s", st.Watermark, fakeSeq(4))
 	}
 }
@@ -210,13 +208,13 @@ func TestSettleWithLostSpanWaits(t *testing.T) {
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 5, later(), key3)
 	sh.trimmed = 2
 	u := newUnit(t, newMemKinesis(sh), Config{SettleAfter: time.Minute})
-	u.cps.set(ushard(sh.id), fakeSeq(4), fakeSeq(0))
+	u.cps.Set(ushard(sh.id), fakeSeq(4), fakeSeq(0))
 	rep, err := u.r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.LostToRetention != 0 || u.cps.state(sh.id).Watermark != fakeSeq(0) {
-		t.Fatalf("lost %d watermark %s: want nothing decided yet", rep.LostToRetention, u.cps.state(sh.id).Watermark)
+	if rep.LostToRetention != 0 || u.cps.State(sh.id).Watermark != fakeSeq(0) {
+		t.Fatalf("lost %d watermark %s: want nothing decided yet", rep.LostToRetention, u.cps.State(sh.id).Watermark)
 	}
 }
 
@@ -241,10 +239,10 @@ func TestClosedShardBound(t *testing.T) {
 			child := (&memShard{id: "shardId-1", parents: []string{"shardId-0"}}).addRecords(100, 3, now, key3)
 			u := newUnit(t, newMemKinesis(parent, child), Config{})
 			u.markDone(t, parent.id, 0)
-			u.cps.set(ushard(parent.id), fakeSeq(3), "")
+			u.cps.Set(ushard(parent.id), fakeSeq(3), "")
 			if tt.childCP != "" {
 				u.markDone(t, child.id, 102)
-				u.cps.set(ushard(child.id), tt.childCP, "")
+				u.cps.Set(ushard(child.id), tt.childCP, "")
 			}
 			rep, err := u.r.Run(context.Background())
 			if err != nil {
@@ -259,7 +257,7 @@ func TestClosedShardBound(t *testing.T) {
 				want = append(want, recordid.ID{ShardID: id, Seq: fakeSeq(i)})
 			}
 			checkOnce(t, "replayed", u.rec.counts(), want)
-			if got := slices.Contains(u.cps.closed, parent.id); got != tt.wantParentDone {
+			if got := slices.Contains(u.cps.Closed, parent.id); got != tt.wantParentDone {
 				t.Errorf("parent marked closed: %v, want %v", got, tt.wantParentDone)
 			}
 			childRep := rep.Shards[slices.IndexFunc(rep.Shards, func(s ShardReport) bool { return s.ShardID == child.id })]
@@ -267,7 +265,7 @@ func TestClosedShardBound(t *testing.T) {
 				t.Errorf("child deferred %v with parent done %v", childRep.Deferred, tt.wantParentDone)
 			}
 			if tt.wantParentDone {
-				if st := u.cps.state(parent.id); st.Watermark != fakeSeq(999) || st.EndingSeq != fakeSeq(999) {
+				if st := u.cps.State(parent.id); st.Watermark != fakeSeq(999) || st.EndingSeq != fakeSeq(999) {
 					t.Errorf("parent watermark %s ending %s, want its ending sequence", st.Watermark, st.EndingSeq)
 				}
 			}
@@ -280,7 +278,7 @@ func TestTimeBudgetDefers(t *testing.T) {
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 40, time.Now(), key3)
 	kin := newMemKinesis(sh)
 	u := newUnit(t, kin, Config{PageLimit: 2})
-	u.cps.set(ushard(sh.id), fakeSeq(39), "")
+	u.cps.Set(ushard(sh.id), fakeSeq(39), "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var n atomic.Int32
@@ -297,7 +295,7 @@ func TestTimeBudgetDefers(t *testing.T) {
 	if !rep.Shards[0].Deferred {
 		t.Errorf("shard not reported deferred: %+v", rep.Shards[0])
 	}
-	wm := u.cps.state(sh.id).Watermark
+	wm := u.cps.State(sh.id).Watermark
 	if wm == "" || seqLess(fakeSeq(8), wm) {
 		t.Fatalf("watermark %s after 7 records processed", wm)
 	}
@@ -311,8 +309,8 @@ func TestTimeBudgetDefers(t *testing.T) {
 			t.Errorf("record %s never processed", id)
 		}
 	}
-	if u.cps.state(sh.id).Watermark != fakeSeq(39) {
-		t.Errorf("watermark %s", u.cps.state(sh.id).Watermark)
+	if u.cps.State(sh.id).Watermark != fakeSeq(39) {
+		t.Errorf("watermark %s", u.cps.State(sh.id).Watermark)
 	}
 }
 
@@ -320,21 +318,21 @@ func TestWatermarkWriteFailureIsRetriedNextRun(t *testing.T) {
 	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 6, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{})
-	u.cps.set(ushard(sh.id), fakeSeq(5), "")
-	u.cps.advanceErr = func(recordid.Shard, string) error { return errBoom }
+	u.cps.Set(ushard(sh.id), fakeSeq(5), "")
+	u.cps.FailWatermark = func(recordid.Shard, string) error { return errBoom }
 	if _, err := u.r.Run(context.Background()); err != nil {
 		t.Fatalf("a failed watermark write is logged, not an error: %v", err)
 	}
-	if wm := u.cps.state(sh.id).Watermark; wm != "" {
+	if wm := u.cps.State(sh.id).Watermark; wm != "" {
 		t.Fatalf("watermark %s", wm)
 	}
-	u.cps.advanceErr = nil
+	u.cps.FailWatermark = nil
 	rep, err := u.r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.GapsReplayed != 0 || rep.RecordsVerified != 6 || u.cps.state(sh.id).Watermark != fakeSeq(5) {
-		t.Errorf("second run: replayed %d verified %d watermark %s", rep.GapsReplayed, rep.RecordsVerified, u.cps.state(sh.id).Watermark)
+	if rep.GapsReplayed != 0 || rep.RecordsVerified != 6 || u.cps.State(sh.id).Watermark != fakeSeq(5) {
+		t.Errorf("second run: replayed %d verified %d watermark %s", rep.GapsReplayed, rep.RecordsVerified, u.cps.State(sh.id).Watermark)
 	}
 	checkOnce(t, "replayed", u.rec.counts(), fakeIDs(sh.id, 0, 5))
 }
@@ -343,7 +341,7 @@ func TestLedgerFailureFailsTheShard(t *testing.T) {
 	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 4, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{})
-	u.cps.set(ushard(sh.id), fakeSeq(3), "")
+	u.cps.Set(ushard(sh.id), fakeSeq(3), "")
 	u.ledger.Fail = func(op string) error {
 		if op == "record" {
 			return errBoom
@@ -354,7 +352,7 @@ func TestLedgerFailureFailsTheShard(t *testing.T) {
 	if !errors.Is(err, pipeline.ErrLedger) {
 		t.Fatalf("err %v, want ErrLedger", err)
 	}
-	if wm := u.cps.state(sh.id).Watermark; wm != "" {
+	if wm := u.cps.State(sh.id).Watermark; wm != "" {
 		t.Fatalf("watermark %s moved over unrecorded records", wm)
 	}
 }
@@ -385,7 +383,7 @@ func TestReplayRangeStopsAtTheRange(t *testing.T) {
 	}
 	want := append(fakeIDs(sh.id, 4, 5), fakeIDs(sh.id, 7, 9)...)
 	checkOnce(t, "range", u.rec.counts(), want)
-	if wm := u.cps.state(sh.id).Watermark; wm != "" {
+	if wm := u.cps.State(sh.id).Watermark; wm != "" {
 		t.Errorf("ReplayRange moved the watermark to %s", wm)
 	}
 }
@@ -421,7 +419,7 @@ func TestHandleDispatch(t *testing.T) {
 	t.Parallel()
 	sh := (&memShard{id: "shardId-0"}).addRecords(0, 3, time.Now(), key3)
 	u := newUnit(t, newMemKinesis(sh), Config{})
-	u.cps.set(ushard(sh.id), fakeSeq(2), "")
+	u.cps.Set(ushard(sh.id), fakeSeq(2), "")
 	var m emf
 	h := NewHandler(u.r, m.emitter(), discard())
 	schedule := `{"version":"0","id":"53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa","detail-type":"Scheduled Event","source":"aws.events",
@@ -538,13 +536,13 @@ func TestClosedShardCheckpointAtItsEnd(t *testing.T) {
 	parent := (&memShard{id: "shardId-0", ending: fakeSeq(999)}).addRecords(0, 4, time.Now(), key3)
 	child := &memShard{id: "shardId-1", parents: []string{"shardId-0"}}
 	u := newUnit(t, newMemKinesis(parent, child), Config{PageLimit: 10})
-	u.cps.set(ushard(parent.id), fakeSeq(3), "")
+	u.cps.Set(ushard(parent.id), fakeSeq(3), "")
 	rep, err := u.r.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(u.cps.closed, parent.id) || rep.Shards[1].Deferred {
-		t.Fatalf("parent closed %v, child report %+v", u.cps.closed, rep.Shards[1])
+	if !slices.Contains(u.cps.Closed, parent.id) || rep.Shards[1].Deferred {
+		t.Fatalf("parent closed %v, child report %+v", u.cps.Closed, rep.Shards[1])
 	}
 	checkOnce(t, "replayed", u.rec.counts(), fakeIDs(parent.id, 0, 3))
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gapless-dev/gapless/internal/checkpoint"
 	"github.com/gapless-dev/gapless/internal/park"
 	"github.com/gapless-dev/gapless/internal/pipeline"
 	"github.com/gapless-dev/gapless/internal/recordid"
@@ -28,9 +29,30 @@ type Stores struct {
 		pipeline.Marking
 		pipeline.Claimer
 	}
+	// Checkpoint and Mirror are the two sides of one checkpoint mirror: the consumer's and the
+	// reconciler's (*Checkpoint is both; on DynamoDB, pipeline.CheckpointStore and the
+	// *checkpoint.Store it wraps).
 	Checkpoint pipeline.Checkpointer
+	Mirror     Mirror
 	NewShard   func(name string) recordid.Shard
 }
+
+// Mirror is the reconciler's side of the checkpoint mirror (reconcile.Checkpoints).
+type Mirror interface {
+	List(ctx context.Context, group, stream string) ([]checkpoint.State, error)
+	Get(ctx context.Context, shard recordid.Shard) (checkpoint.State, error)
+	AdvanceWatermark(ctx context.Context, shard recordid.Shard, seq string) (checkpoint.Result, error)
+	CountLoss(ctx context.Context, shard recordid.Shard, l checkpoint.Loss) (checkpoint.Result, error)
+	AddCounters(ctx context.Context, shard recordid.Shard, c checkpoint.Counters) error
+	MarkClosed(ctx context.Context, shard recordid.Shard, endingSeq string) error
+	SetLineage(ctx context.Context, shard recordid.Shard, parents []string) error
+	SetScopeFrom(ctx context.Context, shard recordid.Shard, at time.Time) error
+	SetEmptyThrough(ctx context.Context, shard recordid.Shard, e checkpoint.EmptyThrough) (bool, error)
+	SetVerifiedAsOf(ctx context.Context, shard recordid.Shard, at time.Time) error
+}
+
+var _ Mirror = (*checkpoint.Store)(nil)
+var _ Mirror = (*Checkpoint)(nil)
 
 // ContractSeq is the i-th sequence number the contract's cases use (Kinesis-shaped: 56 digits,
 // increasing with i).
@@ -312,6 +334,179 @@ var contractCases = []contractCase{
 			if step.previous >= 0 && adv.Previous != "" && adv.Previous != ContractSeq(step.previous) {
 				return fmt.Errorf("advance to %d lost to %s, want %s", step.seq, adv.Previous, ContractSeq(step.previous))
 			}
+		}
+		return nil
+	}},
+}
+
+func init() { contractCases = append(contractCases, mirrorCases...) }
+
+// get reads shard's state, failing when it is not there.
+func get(ctx context.Context, s Stores, shard recordid.Shard) (checkpoint.State, error) {
+	st, err := s.Mirror.Get(ctx, shard)
+	if err != nil {
+		return st, fmt.Errorf("get: %w", err)
+	}
+	return st, nil
+}
+
+// mirrorCases are the reconciler's side of the checkpoint mirror.
+var mirrorCases = []contractCase{
+	{"a shard never written is not found, and its stream lists no shard", func(ctx context.Context, s Stores, shard recordid.Shard) error {
+		if _, err := s.Mirror.Get(ctx, shard); !errors.Is(err, checkpoint.ErrNotFound) {
+			return fmt.Errorf("get: %v, want checkpoint.ErrNotFound", err)
+		}
+		states, err := s.Mirror.List(ctx, shard.Group, shard.Stream)
+		if err != nil || len(states) != 0 {
+			return fmt.Errorf("list: %d states, %v; want none", len(states), err)
+		}
+		return nil
+	}},
+	{"the watermark only moves forward, apart from the checkpoint", func(ctx context.Context, s Stores, shard recordid.Shard) error {
+		for _, step := range []struct {
+			seq      int
+			advanced bool
+		}{{5, true}, {5, false}, {3, false}, {6, true}} {
+			r, err := s.Mirror.AdvanceWatermark(ctx, shard, ContractSeq(step.seq))
+			if err != nil {
+				return fmt.Errorf("advance watermark to %d: %w", step.seq, err)
+			}
+			if r.Advanced != step.advanced {
+				return fmt.Errorf("advance watermark to %d: advanced %v, want %v", step.seq, r.Advanced, step.advanced)
+			}
+		}
+		if _, err := s.Checkpoint.Advance(ctx, shard, ContractSeq(9)); err != nil {
+			return fmt.Errorf("advance: %w", err)
+		}
+		st, err := get(ctx, s, shard)
+		if err != nil {
+			return err
+		}
+		if st.Watermark != ContractSeq(6) || st.Checkpoint != ContractSeq(9) {
+			return fmt.Errorf("watermark %s, checkpoint %s; want %s and %s", st.Watermark, st.Checkpoint, ContractSeq(6), ContractSeq(9))
+		}
+		states, err := s.Mirror.List(ctx, shard.Group, shard.Stream)
+		if err != nil || len(states) != 1 || states[0].Shard != shard || states[0].Watermark != st.Watermark {
+			return fmt.Errorf("list: %+v, %v; want the one shard as Get read it", states, err)
+		}
+		return nil
+	}},
+	{"a lost span is counted once, and only while the watermark is the one it follows", func(ctx context.Context, s Stores, shard recordid.Shard) error {
+		if _, err := s.Mirror.AdvanceWatermark(ctx, shard, ContractSeq(2)); err != nil {
+			return fmt.Errorf("advance watermark: %w", err)
+		}
+		for _, step := range []struct {
+			loss     checkpoint.Loss
+			advanced bool
+		}{
+			{checkpoint.Loss{After: ContractSeq(2), To: ContractSeq(6)}, true},
+			{checkpoint.Loss{After: ContractSeq(2), To: ContractSeq(6)}, false}, // the same span again
+			{checkpoint.Loss{After: ContractSeq(2), To: ContractSeq(8)}, false}, // the watermark has moved on
+			{checkpoint.Loss{After: ContractSeq(6), Done: true}, true},          // counted in place
+			{checkpoint.Loss{After: ContractSeq(6), Done: true}, false},
+		} {
+			r, err := s.Mirror.CountLoss(ctx, shard, step.loss)
+			if err != nil {
+				return fmt.Errorf("count loss %+v: %w", step.loss, err)
+			}
+			if r.Advanced != step.advanced {
+				return fmt.Errorf("count loss %+v: advanced %v, want %v", step.loss, r.Advanced, step.advanced)
+			}
+		}
+		st, err := get(ctx, s, shard)
+		if err != nil {
+			return err
+		}
+		if st.Watermark != ContractSeq(6) || st.LostToRetention != 1 || st.ExpiredUnverified != 1 {
+			return fmt.Errorf("watermark %s, lost %d, expired unverified %d; want %s, 1, 1", st.Watermark, st.LostToRetention, st.ExpiredUnverified, ContractSeq(6))
+		}
+		return nil
+	}},
+	{"counters only grow", func(ctx context.Context, s Stores, shard recordid.Shard) error {
+		for range 2 {
+			if err := s.Mirror.AddCounters(ctx, shard, checkpoint.Counters{GapsDetected: 2, Parked: 1, Filtered: 3}); err != nil {
+				return fmt.Errorf("add counters: %w", err)
+			}
+		}
+		if err := s.Mirror.AddCounters(ctx, shard, checkpoint.Counters{Parked: -1}); err == nil {
+			return errors.New("a negative counter was added")
+		}
+		st, err := get(ctx, s, shard)
+		if err != nil {
+			return err
+		}
+		if st.GapsDetected != 4 || st.Parked != 2 || st.Filtered != 6 || st.GapsReplayed != 0 {
+			return fmt.Errorf("counters %+v, want 4 gaps detected, 2 parked, 6 filtered", st.Counters)
+		}
+		return nil
+	}},
+	{"a shard closes at one ending sequence", func(ctx context.Context, s Stores, shard recordid.Shard) error {
+		for _, seq := range []int{9, 9} {
+			if err := s.Mirror.MarkClosed(ctx, shard, ContractSeq(seq)); err != nil {
+				return fmt.Errorf("mark closed at %d: %w", seq, err)
+			}
+		}
+		if err := s.Mirror.MarkClosed(ctx, shard, ContractSeq(10)); !errors.Is(err, checkpoint.ErrConflict) {
+			return fmt.Errorf("mark closed at another ending sequence: %v, want checkpoint.ErrConflict", err)
+		}
+		st, err := get(ctx, s, shard)
+		if err != nil {
+			return err
+		}
+		if !st.Closed || st.EndingSeq != ContractSeq(9) {
+			return fmt.Errorf("closed %v at %s, want closed at %s", st.Closed, st.EndingSeq, ContractSeq(9))
+		}
+		return nil
+	}},
+	{"lineage and the last verified-as-of are kept, and the first scope start", func(ctx context.Context, s Stores, shard recordid.Shard) error {
+		t1, t2 := time.UnixMilli(1_800_000_000_000).UTC(), time.UnixMilli(1_800_000_600_000).UTC()
+		parents := []string{"shardId-000000000001", "shardId-000000000002"}
+		for _, err := range []error{
+			s.Mirror.SetLineage(ctx, shard, parents),
+			s.Mirror.SetScopeFrom(ctx, shard, t1), s.Mirror.SetScopeFrom(ctx, shard, t2),
+			s.Mirror.SetVerifiedAsOf(ctx, shard, t1), s.Mirror.SetVerifiedAsOf(ctx, shard, t2),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		st, err := get(ctx, s, shard)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(st.Parents, parents) || !st.ScopeFrom.Equal(t1) || !st.VerifiedAsOf.Equal(t2) {
+			return fmt.Errorf("parents %v, scope from %v, verified as of %v; want %v, %v, %v", st.Parents, st.ScopeFrom, st.VerifiedAsOf, parents, t1, t2)
+		}
+		return nil
+	}},
+	{"the progress through empty pages is kept only for the current watermark and only forward", func(ctx context.Context, s Stores, shard recordid.Shard) error {
+		if _, err := s.Mirror.AdvanceWatermark(ctx, shard, ContractSeq(3)); err != nil {
+			return fmt.Errorf("advance watermark: %w", err)
+		}
+		t1 := time.UnixMilli(1_800_000_000_000).UTC()
+		for _, step := range []struct {
+			e    checkpoint.EmptyThrough
+			kept bool
+		}{
+			{checkpoint.EmptyThrough{After: ContractSeq(3), Through: t1}, true},
+			{checkpoint.EmptyThrough{After: ContractSeq(3), Through: t1.Add(-time.Minute)}, false}, // backwards
+			{checkpoint.EmptyThrough{After: ContractSeq(3), Through: t1}, false},                   // no further
+			{checkpoint.EmptyThrough{After: ContractSeq(2), Through: t1.Add(time.Hour)}, false},    // another watermark
+		} {
+			kept, err := s.Mirror.SetEmptyThrough(ctx, shard, step.e)
+			if err != nil {
+				return fmt.Errorf("set empty through %+v: %w", step.e, err)
+			}
+			if kept != step.kept {
+				return fmt.Errorf("set empty through %+v: kept %v, want %v", step.e, kept, step.kept)
+			}
+		}
+		st, err := get(ctx, s, shard)
+		if err != nil {
+			return err
+		}
+		if at, ok := st.EmptyThroughFor(); !ok || !at.Equal(t1) {
+			return fmt.Errorf("empty through %v (%v), want %v", at, ok, t1)
 		}
 		return nil
 	}},

@@ -22,7 +22,7 @@ func shards(prefix string) func(string) recordid.Shard {
 	n := 0
 	return func(string) recordid.Shard {
 		n++
-		return recordid.Shard{Group: "contract", Stream: prefix, ShardID: fmt.Sprintf("shardId-%012d", n)}
+		return recordid.Shard{Group: "contract", Stream: fmt.Sprintf("%s-%d", prefix, n), ShardID: fmt.Sprintf("shardId-%012d", n)}
 	}
 }
 
@@ -30,9 +30,11 @@ func shards(prefix string) func(string) recordid.Shard {
 // emulator) behave as the contract says.
 func TestDynamoDBStoresKeepTheContract(t *testing.T) {
 	ddb := stacktest.DynamoDB(t)
+	cps := checkpoint.New(ddb, stacktest.CheckpointTable(t))
 	s := pipelinetest.Stores{
 		Ledger:     pipeline.DedupeLedger{L: dedupe.New(ddb, stacktest.LedgerTable(t))},
-		Checkpoint: pipeline.CheckpointStore{S: checkpoint.New(ddb, stacktest.CheckpointTable(t))},
+		Checkpoint: pipeline.CheckpointStore{S: cps},
+		Mirror:     cps,
 		NewShard:   shards(stacktest.Name(t, "stream")),
 	}
 	if err := pipelinetest.TestStores(context.Background(), s); err != nil {
@@ -42,7 +44,8 @@ func TestDynamoDBStoresKeepTheContract(t *testing.T) {
 
 // TestFakesKeepTheContract: the in-memory stores unit tests use behave as the DynamoDB stores.
 func TestFakesKeepTheContract(t *testing.T) {
-	s := pipelinetest.Stores{Ledger: &pipelinetest.Ledger{}, Checkpoint: &pipelinetest.Checkpoint{}, NewShard: shards("stream")}
+	cp := &pipelinetest.Checkpoint{}
+	s := pipelinetest.Stores{Ledger: &pipelinetest.Ledger{}, Checkpoint: cp, Mirror: cp, NewShard: shards("stream")}
 	if err := pipelinetest.TestStores(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +88,20 @@ func (l lostFailures) Record(ctx context.Context, shard recordid.Shard, e pipeli
 	return l.Ledger.Record(ctx, shard, e)
 }
 
+// countsEverySpan counts a lost span whenever asked: no once-only identity, no condition on
+// the watermark.
+type countsEverySpan struct{ *pipelinetest.Checkpoint }
+
+func (c countsEverySpan) CountLoss(ctx context.Context, shard recordid.Shard, l checkpoint.Loss) (checkpoint.Result, error) {
+	c.Edit(shard, func(st *checkpoint.State) {
+		st.LostToRetention++
+		if l.To != "" {
+			st.Watermark = l.To
+		}
+	})
+	return checkpoint.Result{Advanced: true}, nil
+}
+
 // TestContractCatchesABrokenFake: a fake whose semantics differ from the stores' fails the
 // contract, and the failure names the broken case.
 func TestContractCatchesABrokenFake(t *testing.T) {
@@ -98,9 +115,13 @@ func TestContractCatchesABrokenFake(t *testing.T) {
 		{"a refused write reported as stored", pipelinetest.Stores{Ledger: swallowsRefusals{&pipelinetest.Ledger{}}, Checkpoint: &pipelinetest.Checkpoint{}}, "an entry is refused"},
 		{"a write acknowledged and not made", pipelinetest.Stores{Ledger: acknowledgesUnwritten{&pipelinetest.Ledger{}}, Checkpoint: &pipelinetest.Checkpoint{}}, "an entry makes its records done"},
 		{"failed attempts not counted", pipelinetest.Stores{Ledger: lostFailures{&pipelinetest.Ledger{}}, Checkpoint: &pipelinetest.Checkpoint{}}, "counts one attempt per listing"},
+		{"a lost span counted every time it is found", pipelinetest.Stores{Ledger: &pipelinetest.Ledger{}, Checkpoint: &pipelinetest.Checkpoint{}, Mirror: countsEverySpan{&pipelinetest.Checkpoint{}}}, "a lost span is counted once"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.s.NewShard = shards("stream")
+			if tc.s.Mirror == nil {
+				tc.s.Mirror = &pipelinetest.Checkpoint{}
+			}
 			err := pipelinetest.TestStores(context.Background(), tc.s)
 			if err == nil {
 				t.Fatal("the contract passed a broken fake")

@@ -267,48 +267,6 @@ func (l *Ledger) Entries(shard recordid.Shard) []pipeline.Entry {
 	return append([]pipeline.Entry(nil), l.entries[shard.String()]...)
 }
 
-// Checkpoint is an in-memory pipeline.Checkpointer with the monotonic conditional semantics of
-// internal/checkpoint. The zero value is ready.
-type Checkpoint struct {
-	mu    sync.Mutex
-	seqs  map[string]string
-	Calls int
-	// Fail, when set, is called before each Advance; its error is returned instead.
-	Fail func(shard recordid.Shard, seq string) error
-}
-
-var _ pipeline.Checkpointer = (*Checkpoint)(nil)
-
-// Advance implements pipeline.Checkpointer.
-func (c *Checkpoint) Advance(_ context.Context, shard recordid.Shard, seq string) (pipeline.Advance, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.Calls++
-	if c.Fail != nil {
-		if err := c.Fail(shard, seq); err != nil {
-			return pipeline.Advance{}, err
-		}
-	}
-	if err := seqnum.Validate(seq); err != nil {
-		return pipeline.Advance{}, err
-	}
-	if c.seqs == nil {
-		c.seqs = map[string]string{}
-	}
-	if cur, ok := c.seqs[shard.String()]; ok && seqnum.Compare(cur, seq) >= 0 {
-		return pipeline.Advance{Previous: cur}, nil
-	}
-	c.seqs[shard.String()] = seq
-	return pipeline.Advance{Advanced: true}, nil
-}
-
-// Get returns shard's checkpoint ("" if none).
-func (c *Checkpoint) Get(shard recordid.Shard) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.seqs[shard.String()]
-}
-
 // Parker is an in-memory pipeline.Parker; it keeps every payload, as park.Parker does.
 type Parker struct {
 	mu     sync.Mutex
