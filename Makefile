@@ -1,7 +1,7 @@
 # gapless — build, test and local-stack targets. `make test` and `make demo` install what they
 # need (npm emulators into tools/node_modules, Go modules through the module proxy).
 GO        ?= go
-GOTESTFLAGS ?= -race -count=1 -timeout 30m
+GOTESTFLAGS ?= -race -count=1 -timeout 30m -p 4 -parallel 8
 PKGS      ?= ./...
 BIN       := bin
 # Modules of their own under examples/, built on the public package: vetted and tested with the rest.
@@ -32,17 +32,20 @@ up: tools gapless
 down: gapless
 	$(BIN)/gapless-dev down
 
-## test: lint, then the whole suite with -race against dynalite+fauxqs, and the packages that
-## talk to the stack again against moto_server
-test: lint test-dynalite test-moto
+## test: lint, then the suite's three passes side by side (scripts/test-passes.sh): every package
+## with -race against dynalite+fauxqs, the packages that talk to the stack again against
+## moto_server, and the simulator
+test: lint tools gapless
+	GO="$(GO)" MAKE="$(MAKE)" scripts/test-passes.sh
 
+# One pass alone: test-dynalite (-race, every package) or test-moto (the stack's packages).
 test-dynalite: tools gapless
 	scripts/with-stack.sh dynalite $(MAKE) --no-print-directory test-go
 
 # The moto pass runs only the packages whose tests reach the stack (scripts/stack-packages.sh):
 # the rest never talk to DynamoDB or SQS, and the dynalite pass already ran them.
 test-moto: tools gapless
-	scripts/with-stack.sh moto $(MAKE) --no-print-directory test-go PKGS="$$(scripts/stack-packages.sh | tr '\n' ' ')"
+	scripts/with-stack.sh moto $(MAKE) --no-print-directory test-go GOTESTFLAGS="$(filter-out -race,$(GOTESTFLAGS))" PKGS="$$(scripts/stack-packages.sh | tr '\n' ' ')"
 
 # test-go: the module's tests, then each example module's, against the stack with-stack.sh exported
 test-go:
