@@ -27,8 +27,15 @@ func (w testWriter) Write(p []byte) (int, error) {
 // runDemo runs the demo with cfg on the test's stack, reports into a temporary directory (or
 // under $GAPLESS_TEST_KEEP_REPORTS, which outlives the test, to read a failed run's report),
 // and logs the side-by-side table.
+// demoSlots bounds the whole demos running at once in this test binary: each is a real-time
+// run (MaximumRecordAge, retention, settle windows) of several processes, and more of them at a
+// time on two cores make a loaded machine, not the behaviour under test, decide what they see.
+var demoSlots = make(chan struct{}, 2)
+
 func runDemo(t *testing.T, cfg Config) *Result {
 	t.Helper()
+	demoSlots <- struct{}{}
+	defer func() { <-demoSlots }()
 	cfg.ReportsDir = t.TempDir()
 	if keep := os.Getenv("GAPLESS_TEST_KEEP_REPORTS"); keep != "" {
 		// Absolute: the runtime emulator starts the bootstraps the run builds under it from
@@ -68,7 +75,7 @@ func logLines(t *testing.T, file, substr string) {
 // stack: gapless must lose nothing, park every poison record and crash killer with its exact
 // payload and verify every shard; the mapping alone must lose at least every poison record.
 func TestDemoEndToEnd(t *testing.T) {
-	// Not parallel: a whole demo against real time, one at a time (its timing is what it checks).
+	t.Parallel() // its demo runs when runDemo has a slot
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}
@@ -292,7 +299,7 @@ func TestConfigValidate(t *testing.T) {
 // signal; gapless loses the same records but counts them, exactly and by id, and raises its
 // alarm (a LostToRetention span); nothing else is lost.
 func TestDemoExpire(t *testing.T) {
-	// Not parallel: a whole demo against real time, one at a time (its timing is what it checks).
+	t.Parallel() // its demo runs when runDemo has a slot
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}
@@ -338,7 +345,7 @@ func TestDemoExpire(t *testing.T) {
 // then does the reconciler (down until the trim) read the objects: it replays the records from
 // them, so nothing is lost, to retention or otherwise.
 func TestDemoExpireReplaysFromS3Object(t *testing.T) {
-	// Not parallel: a whole demo against real time, one at a time (its timing is what it checks).
+	t.Parallel() // its demo runs when runDemo has a slot
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}

@@ -13,7 +13,7 @@ import (
 // and the report says so. Under both runtimes: the bootstraps under the emulator, and the same
 // handlers in process.
 func TestDemoForgedParked(t *testing.T) {
-	// Not parallel: a whole demo against real time, one at a time (its timing is what it checks).
+	t.Parallel() // its demo runs when runDemo has a slot
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}

@@ -16,7 +16,7 @@ import (
 // record of its batch waits for the reconciler. Every other fault is off, so anything given up
 // was given up because of the killers.
 func TestConsumerIsolatesKillers(t *testing.T) {
-	// Not parallel: a whole demo against real time, one at a time (its timing is what it checks).
+	t.Parallel() // its demo runs when runDemo has a slot
 	if testing.Short() {
 		t.Skip("end-to-end demo: skipped with -short")
 	}
