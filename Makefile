@@ -1,7 +1,7 @@
 # gapless — build, test and local-stack targets. `make test` and `make demo` install what they
 # need (npm emulators into tools/node_modules, Go modules through the module proxy).
 GO        ?= go
-GOTESTFLAGS ?= -race -count=1 -timeout 30m -p 4 -parallel 8
+GOTESTFLAGS ?= -race -count=1 -timeout 30m -p 4 -parallel 4
 PKGS      ?= ./...
 BIN       := bin
 # Modules of their own under examples/, built on the public package: vetted and tested with the rest.

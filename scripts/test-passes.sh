@@ -16,18 +16,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 MAKE=${MAKE:-make}
-flags="-count=1 -timeout 30m -p 4 -parallel 8"
+flags="-count=1 -timeout 30m -p 4 -parallel 4"
 sim=github.com/gapless-dev/gapless/internal/local/sim
-# The longest packages first (go test starts them in the order given): the pass ends when its
-# longest package does, so that one should start at once, not behind fifty short ones.
-first="internal/local/demo internal/local/esm internal/local/devcli internal/reconcile"
-order() { # package import paths on stdin: those in $first first, then the others as listed
-	local all; all=$(cat)
-	for p in $first; do grep -x "github.com/gapless-dev/gapless/$p" <<<"$all"; done
-	grep -vxF -f <(for p in $first; do echo "github.com/gapless-dev/gapless/$p"; done) <<<"$all"
-}
-others=$($GO list ./... | grep -vx "$sim" | order | tr '\n' ' ')
-stack=$(scripts/stack-packages.sh | grep -vx "$sim" | order | tr '\n' ' ')
+others=$($GO list ./... | grep -vx "$sim" | tr '\n' ' ')
+stack=$(scripts/stack-packages.sh | grep -vx "$sim" | tr '\n' ' ')
 
 pass() { # name, command...
 	local name=$1; shift
