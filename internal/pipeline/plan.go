@@ -195,8 +195,6 @@ func laneEnded(m MarkerState, mine Marker, b *Batch) bool {
 	return false
 }
 
-// earlier orders markers by start time, then nonce: of two live markers on one record, the
-// earlier one runs it and the other skips it.
 // index finds id among b's records (sorted by id).
 func (b *Batch) index(id recordid.ID) (int, bool) {
 	return slices.BinarySearchFunc(b.Records, id, func(r Record, id recordid.ID) int { return recordid.Compare(r.ID, id) })
@@ -237,6 +235,8 @@ func (p *Pipeline) yieldsTo(b *Batch, m MarkerState) bool {
 	}
 }
 
+// earlier orders markers by start time, then nonce: of two live markers on one record, the
+// earlier one runs it and the other skips it.
 func earlier(a, b Marker) bool {
 	if !a.Started.Equal(b.Started) {
 		return a.Started.Before(b.Started)
