@@ -88,7 +88,7 @@ func (r *batchRun) waves(ctx, procCtx context.Context, lanes [][]int) {
 		}
 		if r.deadlineNear(ctx) {
 			for _, k := range ready { // prepared but not sent: not attempted
-				if !r.hand(head[k], outcome{status: statusFailed, err: ErrDeadline, deadline: true}) {
+				if !r.hand(head[k], outcome{status: statusFailed, err: ErrDeadline, why: whyDeadline}) {
 					return
 				}
 				head[k], pos[k] = -1, pos[k]+1
@@ -187,7 +187,7 @@ func (r *batchRun) advanceLane(ctx, procCtx context.Context, lane []int, pos *in
 			r.parkDead(ctx, rec, i, &o)
 			ran = true
 		case r.deadlineNear(ctx):
-			o.status, o.err, o.deadline = statusFailed, ErrDeadline, true
+			o.status, o.err, o.why = statusFailed, ErrDeadline, whyDeadline
 		default:
 			send, ok := r.prepare(ctx, procCtx, rec, i, &o)
 			if !ok {

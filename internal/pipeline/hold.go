@@ -168,10 +168,10 @@ func (r *batchRun) nextBehind(o *outcome, behind recordid.ID) recordid.ID {
 // parkHeld lists rec in its key's hold and parks it behind the head, without running it.
 func (r *batchRun) parkHeld(ctx context.Context, rec *Record, i int, behind recordid.ID, o *outcome) {
 	if r.deadlineNear(ctx) { // two writes per held record: none started past the margin
-		o.status, o.err, o.deadline = statusFailed, ErrDeadline, true
+		o.status, o.err, o.why = statusFailed, ErrDeadline, whyDeadline
 		return
 	}
-	o.heldKey = true
+	o.why = whyHeldKey
 	o.attempts = r.plan.attempts(r.view, i, rec.ID)
 	log := r.p.recordLogger(r.log, rec)
 	head, err := r.p.holder.Hold(ctx, r.b.Shard.Group, rec.PartitionKey, []recordid.ID{rec.ID}, false)

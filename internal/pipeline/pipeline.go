@@ -405,17 +405,27 @@ const (
 	statusFailed
 )
 
+// why is the one reason an outcome carries beside its status: why a failed record was not
+// done, or how a parked one came to be parked. It decides which count of the Result the
+// record adds to (tally); err says the same to the caller (the sentinel named on each).
+type why uint8
+
+const (
+	whyNone      why = iota
+	whyHeld          // failed, not attempted: another run's live marker holds it (ErrInFlight)
+	whyIsolated      // failed, not attempted: beyond the isolation window (ErrIsolating)
+	whyDeadline      // failed, not attempted: not started before the deadline margin (ErrDeadline)
+	whyAbandoned     // failed or parked: Process did not return before the run gave up on it (ErrAbandoned)
+	whyDied          // parked without running: its attempts were deaths (ErrDied)
+	whyHeldKey       // parked without running, behind its key's hold (hold.go)
+)
+
 type outcome struct {
 	status    status
-	attempted bool
-	byRef     bool
-	parkErr   bool
-	deadline  bool
-	abandoned bool
-	held      bool
-	isolated  bool
-	died      bool      // parked for dead attempts
-	heldKey   bool      // parked behind its key's hold without running (hold.go)
+	why       why
+	attempted bool      // Process ran (a failed attempt when failed)
+	byRef     bool      // parked without its payload
+	parkErr   bool      // due for parking, and the park (or its key's hold) could not be written
 	parked    *parkedAs // set once parked, or once its key's hold is written (hold-key)
 	attempts  int
 	err       error
@@ -429,8 +439,9 @@ type parkedAs struct {
 
 // An outcome is kept per record of the batch for the whole run: at 10,000 records every byte of
 // it is 10 KB of live heap during the sends, and the collector's heap goal is twice the live heap
-// (docs/benchmarks.md, "Memory of the batched bridge"). The hold head, set only for records
-// parked (its hold head and park receipt), is therefore a pointer (48 bytes an outcome instead of 80).
+// (docs/benchmarks.md, "Memory of the batched bridge"). What only parked records need (the hold
+// head and the park receipt) is therefore behind a pointer, and the reason is one byte, not a
+// flag per reason: 40 bytes an outcome (80 with both inline).
 
 // Run processes b. Records are reported done only when Run returns a nil error; an error (always
 // wrapping ErrLedger or ErrInvalidBatch) means the caller must fail the whole batch.
@@ -512,10 +523,10 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 			outcomes[i].status = statusSkipped
 			continue
 		case planHeld:
-			outcomes[i] = outcome{status: statusFailed, held: true, err: ErrInFlight}
+			outcomes[i] = outcome{status: statusFailed, why: whyHeld, err: ErrInFlight}
 			continue
 		case planIsolated:
-			outcomes[i] = outcome{status: statusFailed, isolated: true, err: ErrIsolating}
+			outcomes[i] = outcome{status: statusFailed, why: whyIsolated, err: ErrIsolating}
 			continue
 		}
 		k, ok := keys[r.PartitionKey]

@@ -74,11 +74,11 @@ func (r *batchRun) wait(ctx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		if !running[i] {
-			*o = outcome{status: statusFailed, err: ErrDeadline, deadline: true}
+			*o = outcome{status: statusFailed, err: ErrDeadline, why: whyDeadline}
 			continue
 		}
 		rec := &r.b.Records[i]
-		*o = outcome{abandoned: true, attempted: true, err: ErrAbandoned, attempts: r.plan.attempts(r.view, i, rec.ID) + 1}
+		*o = outcome{why: whyAbandoned, attempted: true, err: ErrAbandoned, attempts: r.plan.attempts(r.view, i, rec.ID) + 1}
 		r.p.recordLogger(r.log, rec).ErrorContext(ctx, "process did not return before the deadline: counted as a failed attempt and abandoned",
 			"attempts", o.attempts, "max_attempts", r.p.cfg.MaxRecordAttempts)
 		r.finishFailed(ctx, rec, o)
@@ -136,7 +136,7 @@ func (r *batchRun) lane(ctx, procCtx context.Context, lane []int) {
 			r.parkDead(ctx, &r.b.Records[i], i, &o)
 			ran = true
 		case r.deadlineNear(ctx):
-			o.status, o.err, o.deadline = statusFailed, ErrDeadline, true // sticky: the rest follow
+			o.status, o.err, o.why = statusFailed, ErrDeadline, whyDeadline // sticky: the rest follow
 		default:
 			if !r.begin(i) {
 				return
@@ -170,13 +170,13 @@ func (r *batchRun) deadlineNear(ctx context.Context) bool {
 
 // parkDead parks a record whose attempts were used up by invocations that died running it.
 func (r *batchRun) parkDead(ctx context.Context, rec *Record, i int, o *outcome) {
-	o.attempted, o.died, o.err = false, true, ErrDied
+	o.attempted, o.why, o.err = false, whyDied, ErrDied
 	o.attempts = r.plan.attempts(r.view, i, rec.ID)
 	r.p.recordLogger(r.log, rec).ErrorContext(ctx, "record killed the invocations that ran it: parking it without running it again",
 		"attempts", o.attempts, "dead_attempts", r.plan.deathsOf(i), "max_attempts", r.p.cfg.MaxRecordAttempts)
 	r.finishFailed(ctx, rec, o)
 	if o.status == statusFailed {
-		o.died = false
+		o.why = whyNone
 	}
 }
 
@@ -233,7 +233,7 @@ func (r *batchRun) finishFailed(ctx context.Context, rec *Record, o *outcome) {
 	if p.cfg.LogPayloads {
 		attrs = append(attrs, "data", payloadForLog(rec.Data))
 	}
-	if o.attempts < p.cfg.MaxRecordAttempts || (!o.abandoned && r.isAbandoned()) {
+	if o.attempts < p.cfg.MaxRecordAttempts || (o.why != whyAbandoned && r.isAbandoned()) {
 		// (A worker returning after Run gave up on it: Run has counted this attempt and parks
 		// the record itself; this outcome is dropped.)
 		log.WarnContext(ctx, "record failed", attrs...)

@@ -31,16 +31,16 @@ func (p *Pipeline) tally(b *Batch, outcomes []outcome, res *Result) Entry {
 				// authority for what was parked: redrive acts only on messages it confirms).
 				e.Parks = append(e.Parks, ParkRecord{ID: id, Receipt: o.parked.receipt})
 			}
-			switch {
-			case o.heldKey:
+			switch o.why {
+			case whyHeldKey:
 				res.HeldParked++ // not run: no attempt
-			case o.died:
+			case whyDied:
 				res.DeadParked++ // its last attempt was a death, counted by the marker
+			case whyAbandoned:
+				res.Abandoned++
+				e.Failed = append(e.Failed, id) // its last attempt failed too
 			default:
 				e.Failed = append(e.Failed, id) // its last attempt failed too
-			}
-			if o.abandoned {
-				res.Abandoned++
 			}
 			if o.byRef {
 				res.ParkedByRef++
@@ -55,15 +55,14 @@ func (p *Pipeline) tally(b *Batch, outcomes []outcome, res *Result) Entry {
 				res.FailedAttempts++
 				e.Failed = append(e.Failed, id)
 			}
-			if o.deadline {
+			switch o.why {
+			case whyDeadline:
 				res.DeadlineSkipped++
-			}
-			switch {
-			case o.held:
+			case whyHeld:
 				res.InFlightSkipped++
-			case o.isolated:
+			case whyIsolated:
 				res.Isolated++
-			case o.abandoned:
+			case whyAbandoned:
 				res.Abandoned++
 			}
 			if o.parkErr {
