@@ -14,7 +14,7 @@ import (
 // markerRun is one Run's marker: written, maybe narrowed, released when no entry completes it.
 type markerRun struct {
 	p       *Pipeline
-	marking Marking
+	marking Ledger
 	shard   recordid.Shard
 	mine    Marker    // as first written
 	cur     Marker    // as last written (narrowed, renewed)
@@ -31,7 +31,7 @@ type markerRun struct {
 // (before the entry write or the release, so a late renewal can never recreate a released
 // marker). Nothing is written for runs shorter than half a lease.
 func (m *markerRun) renew(ctx context.Context) (stop func()) {
-	if m.marking == nil || m.gone || !m.cur.Deadline.Before(m.limit) {
+	if m.gone || !m.cur.Deadline.Before(m.limit) {
 		return func() {}
 	}
 	done, quit := make(chan struct{}), make(chan struct{})
@@ -79,9 +79,6 @@ func (m *markerRun) write(ctx context.Context, mk Marker) {
 }
 
 func (m *markerRun) narrow(ctx context.Context, ids []recordid.ID, res *Result) {
-	if m.marking == nil {
-		return
-	}
 	if len(ids) == 0 {
 		m.release(ctx)
 		return
@@ -99,7 +96,7 @@ func (m *markerRun) narrow(ctx context.Context, ids []recordid.ID, res *Result) 
 
 // release deletes the marker, best effort, on a path that writes no entry with its nonce.
 func (m *markerRun) release(ctx context.Context) {
-	if m.marking == nil || m.gone {
+	if m.gone {
 		return
 	}
 	m.gone = true

@@ -168,6 +168,8 @@ type View interface {
 	Done(id recordid.ID) bool
 	// Attempts is the number of failed attempts recorded for id (0 if none).
 	Attempts(id recordid.ID) int
+	// Markers are the in-flight markers overlapping the range.
+	Markers() []MarkerState
 }
 
 // Entry is what one run did, written to the ledger in one call: Done (processed, parked or
@@ -196,20 +198,6 @@ type Marker = dedupe.Marker
 // it was written; zero when not known).
 type MarkerState = dedupe.MarkerState
 
-// Marking is implemented by ledgers that keep in-flight markers (DedupeLedger,
-// pipelinetest.Ledger). A Ledger without it runs without markers: crashes are then not counted.
-type Marking interface {
-	// Mark writes m; a second Mark of the same nonce replaces it.
-	Mark(ctx context.Context, shard recordid.Shard, m Marker) error
-	// Unmark deletes m (nothing when absent).
-	Unmark(ctx context.Context, shard recordid.Shard, m Marker) error
-}
-
-// MarkerView is implemented by the Views of a Marking ledger: the markers overlapping the range.
-type MarkerView interface {
-	Markers() []MarkerState
-}
-
 // Ledger is the part of the ledger (internal/dedupe) the pipeline uses.
 type Ledger interface {
 	// Lookup returns the state of every record of shard with a sequence number in [first, last].
@@ -217,6 +205,12 @@ type Ledger interface {
 	Lookup(ctx context.Context, shard recordid.Shard, first, last string) (View, error)
 	// Record stores one entry. When it returns nil the entry is durable.
 	Record(ctx context.Context, shard recordid.Shard, e Entry) error
+	// Mark writes an in-flight marker; a second Mark of the same nonce replaces it. Markers
+	// are how a crash is counted: a ledger that keeps none (a no-op Mark) runs blind to deaths,
+	// and says so where it is built.
+	Mark(ctx context.Context, shard recordid.Shard, m Marker) error
+	// Unmark deletes m (nothing when absent).
+	Unmark(ctx context.Context, shard recordid.Shard, m Marker) error
 }
 
 // Claimer claims business keys (Config.DedupeKey).
@@ -458,7 +452,7 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 
 	// The marker goes out in parallel with the lookup: no sequential round trip is added.
 	mk := &markerRun{p: p, shard: b.Shard, log: log}
-	mk.marking, _ = p.ledger.(Marking)
+	mk.marking = p.ledger
 	// Milliseconds, as the ledger stores it: two invocations compare start times exactly.
 	started := time.UnixMilli(p.now().UnixMilli())
 	limit, ok := ctx.Deadline()
@@ -472,9 +466,7 @@ func (p *Pipeline) Run(ctx context.Context, b Batch) (Result, error) {
 	mk.mine, mk.cur, mk.limit = mine, mine, limit
 	holds := p.readHolds(ctx, &b) // beside the lookup too (hold.go)
 	var markWG sync.WaitGroup
-	if mk.marking != nil {
-		markWG.Go(func() { mk.write(ctx, mine) })
-	}
+	markWG.Go(func() { mk.write(ctx, mine) })
 	view, err := p.ledger.Lookup(ctx, b.Shard, first, last)
 	markWG.Wait()
 	if mk.failed {

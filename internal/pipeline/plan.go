@@ -46,58 +46,56 @@ func (p *Pipeline) plan(b *Batch, view View, mine Marker) *plan {
 	n := len(b.Records)
 	pl := &plan{kinds: make([]planKind, n)}
 	held := make([]bool, n)
-	if mv, ok := view.(MarkerView); ok {
-		now := p.now()
-		for _, m := range mv.Markers() {
-			if m.Nonce == mine.Nonce {
-				continue
-			}
-			if p.yieldsTo(b, m) {
-				// The whole range of the mapping's batch, not only the ids the marker names: a
-				// run names only what it attempts, and the rest of its batch (records not
-				// started, isolated, behind a failed record of their key) is retried too.
-				for i, r := range b.Records {
-					if seqnum.Compare(r.ID.Seq, m.First) >= 0 && seqnum.Compare(r.ID.Seq, m.Last) <= 0 {
-						held[i] = true
-					}
-				}
-				continue
-			}
-			if m.Completed {
-				continue
-			}
-			dead := !now.Before(m.Deadline.Add(DeadGrace))
-			if !dead && laneEnded(m, mine, b) {
-				dead = true
-				pl.ended++
-			}
-			if dead {
-				pl.dead++
-			} else {
-				pl.live++
-				if !earlier(m.Marker, mine) {
-					continue // it started after us: it yields to us, not we to it
-				}
-			}
-			for _, id := range m.IDs {
-				i, ok := b.index(id)
-				if !ok {
-					continue
-				}
-				if dead {
-					if pl.deaths == nil {
-						pl.deaths, pl.solo, pl.minDead = make([]int, n), make([]int, n), make([]int, n)
-					}
-					pl.deaths[i]++
-					if pl.minDead[i] == 0 || m.Size < pl.minDead[i] {
-						pl.minDead[i] = m.Size
-					}
-					if m.Size == 1 {
-						pl.solo[i]++
-					}
-				} else {
+	now := p.now()
+	for _, m := range view.Markers() {
+		if m.Nonce == mine.Nonce {
+			continue
+		}
+		if p.yieldsTo(b, m) {
+			// The whole range of the mapping's batch, not only the ids the marker names: a
+			// run names only what it attempts, and the rest of its batch (records not
+			// started, isolated, behind a failed record of their key) is retried too.
+			for i, r := range b.Records {
+				if seqnum.Compare(r.ID.Seq, m.First) >= 0 && seqnum.Compare(r.ID.Seq, m.Last) <= 0 {
 					held[i] = true
 				}
+			}
+			continue
+		}
+		if m.Completed {
+			continue
+		}
+		dead := !now.Before(m.Deadline.Add(DeadGrace))
+		if !dead && laneEnded(m, mine, b) {
+			dead = true
+			pl.ended++
+		}
+		if dead {
+			pl.dead++
+		} else {
+			pl.live++
+			if !earlier(m.Marker, mine) {
+				continue // it started after us: it yields to us, not we to it
+			}
+		}
+		for _, id := range m.IDs {
+			i, ok := b.index(id)
+			if !ok {
+				continue
+			}
+			if dead {
+				if pl.deaths == nil {
+					pl.deaths, pl.solo, pl.minDead = make([]int, n), make([]int, n), make([]int, n)
+				}
+				pl.deaths[i]++
+				if pl.minDead[i] == 0 || m.Size < pl.minDead[i] {
+					pl.minDead[i] = m.Size
+				}
+				if m.Size == 1 {
+					pl.solo[i]++
+				}
+			} else {
+				held[i] = true
 			}
 		}
 	}

@@ -32,7 +32,9 @@ func planID(i int) recordid.ID { return recordid.ID{ShardID: planShard.ShardID, 
 func (nopStores) Lookup(context.Context, recordid.Shard, string, string) (View, error) {
 	return nil, nil
 }
-func (nopStores) Record(context.Context, recordid.Shard, Entry) error { return nil }
+func (nopStores) Record(context.Context, recordid.Shard, Entry) error  { return nil }
+func (nopStores) Mark(context.Context, recordid.Shard, Marker) error   { return nil }
+func (nopStores) Unmark(context.Context, recordid.Shard, Marker) error { return nil }
 func (nopStores) Advance(context.Context, recordid.Shard, string) (Advance, error) {
 	return Advance{}, nil
 }

@@ -76,13 +76,12 @@ func WithEndedConfirm(d time.Duration) Option { return func(p *Pipeline) { p.end
 // deadline margin untouched; the second lookup is one more round trip, on this path only. It
 // returns view itself when there is nothing to confirm or the second lookup fails.
 func (p *Pipeline) confirmEnded(ctx context.Context, b *Batch, view View, mine Marker, first, last string) View {
-	mv, ok := view.(MarkerView)
-	if !ok || p.endedConfirm <= 0 {
+	if p.endedConfirm <= 0 {
 		return view
 	}
 	now := p.now()
 	pending := false
-	for _, m := range mv.Markers() {
+	for _, m := range view.Markers() {
 		if m.Nonce != mine.Nonce && !m.Completed && now.Before(m.Deadline.Add(DeadGrace)) && laneEnded(m, mine, b) {
 			pending = true
 			break
@@ -177,12 +176,8 @@ func (p *Pipeline) awaitHolders(ctx context.Context, b *Batch, view View, mine M
 // another run that started before mine, not taken for dead by the lane rule, naming a record
 // not done.
 func (p *Pipeline) holds(b *Batch, view View, mine Marker) bool {
-	mv, ok := view.(MarkerView)
-	if !ok {
-		return false
-	}
 	now := p.now()
-	for _, m := range mv.Markers() {
+	for _, m := range view.Markers() {
 		if m.Nonce == mine.Nonce || m.Completed || !now.Before(m.Deadline.Add(DeadGrace)) || !earlier(m.Marker, mine) || laneEnded(m, mine, b) {
 			continue
 		}

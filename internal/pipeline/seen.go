@@ -20,11 +20,9 @@ func (p *Pipeline) Seen(ctx context.Context, shard recordid.Shard, first, last s
 		return nil, fmt.Errorf("%w: lookup %s [%s, %s]: %w", ErrLedger, shard, first, last, err)
 	}
 	var ranges [][2]string
-	if mv, ok := view.(MarkerView); ok {
-		for _, m := range mv.Markers() {
-			if m.First != "" && m.Last != "" {
-				ranges = append(ranges, [2]string{m.First, m.Last})
-			}
+	for _, m := range view.Markers() {
+		if m.First != "" && m.Last != "" {
+			ranges = append(ranges, [2]string{m.First, m.Last})
 		}
 	}
 	return func(id recordid.ID) bool {

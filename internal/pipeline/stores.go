@@ -11,16 +11,15 @@ import (
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
-// DedupeLedger adapts the DynamoDB ledger (internal/dedupe) to Ledger, Marking and Claimer.
+// DedupeLedger adapts the DynamoDB ledger (internal/dedupe) to Ledger and Claimer.
 type DedupeLedger struct{ L *dedupe.Ledger }
 
 var (
-	_ Ledger     = DedupeLedger{}
-	_ Marking    = DedupeLedger{}
-	_ Claimer    = DedupeLedger{}
-	_ View       = (*dedupe.Range)(nil)
-	_ MarkerView = dedupeView{}
-	_ ParkView   = dedupeView{}
+	_ Ledger   = DedupeLedger{}
+	_ Claimer  = DedupeLedger{}
+	_ View     = (*dedupe.Range)(nil)
+	_ View     = dedupeView{}
+	_ ParkView = dedupeView{}
 )
 
 // dedupeView is a *dedupe.Range (its Markers, Parked, Each, ... stay reachable) with its parks
@@ -53,12 +52,12 @@ func (d DedupeLedger) Record(ctx context.Context, shard recordid.Shard, e Entry)
 	return d.L.Record(ctx, shard, e)
 }
 
-// Mark implements Marking.
+// Mark implements Ledger.
 func (d DedupeLedger) Mark(ctx context.Context, shard recordid.Shard, m Marker) error {
 	return d.L.Mark(ctx, shard, m)
 }
 
-// Unmark implements Marking.
+// Unmark implements Ledger.
 func (d DedupeLedger) Unmark(ctx context.Context, shard recordid.Shard, m Marker) error {
 	return d.L.Unmark(ctx, shard, m.Last, m.Nonce)
 }

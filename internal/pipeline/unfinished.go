@@ -33,11 +33,9 @@ func (p *Pipeline) FirstUnfinished(ctx context.Context, shard recordid.Shard, fi
 	if fv, ok := view.(failedView); ok {
 		fv.EachFailed(consider)
 	}
-	if mv, ok := view.(MarkerView); ok {
-		for _, m := range mv.Markers() {
-			for _, id := range m.IDs {
-				consider(id)
-			}
+	for _, m := range view.Markers() {
+		for _, id := range m.IDs {
+			consider(id)
 		}
 	}
 	return best, nil

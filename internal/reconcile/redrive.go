@@ -81,10 +81,24 @@ func (l *RedriveLedger) Record(ctx context.Context, shard recordid.Shard, e pipe
 	return l.inner.Record(ctx, shard, e)
 }
 
+// Mark implements pipeline.Ledger: a redrive writes no in-flight marker. Each of its runs is one
+// parked message, which stays in the queue until the run's outcome is recorded: a redrive that
+// dies leaves the message to come back after its visibility timeout (and, past the queue's
+// maxReceiveCount, to its dead-letter queue), which is where its deaths are counted.
+func (l *RedriveLedger) Mark(context.Context, recordid.Shard, pipeline.Marker) error { return nil }
+
+// Unmark implements pipeline.Ledger: nothing was marked.
+func (l *RedriveLedger) Unmark(context.Context, recordid.Shard, pipeline.Marker) error { return nil }
+
 type redriveView struct {
 	inner pipeline.View
 	l     *RedriveLedger
 }
+
+// Markers implements pipeline.View: none. A redrive run neither waits for the mapping's or the
+// reconciler's live runs nor counts their deaths; it acts on a parked message only once the ledger
+// confirms it (redrive_confirm.go).
+func (v redriveView) Markers() []pipeline.MarkerState { return nil }
 
 // ParkedByRef reports whether the inner view records id parked by reference.
 func (v redriveView) ParkedByRef(id recordid.ID) bool {

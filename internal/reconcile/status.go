@@ -257,12 +257,8 @@ func countMarkers(ctx context.Context, ledger LedgerReader, cfg StatusConfig, st
 	if err != nil {
 		return fmt.Errorf("reconcile: ledger markers %s: %w", shard, err)
 	}
-	mv, ok := view.(pipeline.MarkerView)
-	if !ok {
-		return nil
-	}
 	now := cfg.Now()
-	for _, m := range mv.Markers() {
+	for _, m := range view.Markers() {
 		switch {
 		case m.Completed:
 		case now.Before(m.Deadline.Add(pipeline.DeadGrace)):

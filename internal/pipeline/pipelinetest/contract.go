@@ -26,7 +26,6 @@ import (
 type Stores struct {
 	Ledger interface {
 		pipeline.Ledger
-		pipeline.Marking
 		pipeline.Claimer
 	}
 	// Checkpoint and Mirror are the two sides of one checkpoint mirror: the consumer's and the
@@ -110,11 +109,7 @@ func lookup(ctx context.Context, s Stores, shard recordid.Shard, from, to int) (
 }
 
 func markersOf(v pipeline.View) ([]pipeline.MarkerState, error) {
-	mv, ok := v.(pipeline.MarkerView)
-	if !ok {
-		return nil, fmt.Errorf("the view (%T) does not report markers", v)
-	}
-	return mv.Markers(), nil
+	return v.Markers(), nil
 }
 
 // contractReceipt is a valid park receipt (the ledger checks its form).

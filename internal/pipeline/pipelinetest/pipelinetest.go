@@ -33,9 +33,6 @@ type Ledger struct {
 	// Fail, when set, is called before each operation ("lookup", "record", "claim", "mark",
 	// "unmark") and its error returned instead of doing it.
 	Fail func(op string) error
-	// NoMarkers makes the ledger a plain pipeline.Ledger: Mark and Unmark do nothing and views
-	// hold no markers (a ledger from before in-flight markers).
-	NoMarkers bool
 	// Now, when set, is the clock an entry completing a marker is stamped with
 	// (MarkerState.CompletedAt; default time.Now), as dedupe's WithClock.
 	Now       func() time.Time
@@ -43,10 +40,9 @@ type Ledger struct {
 }
 
 var (
-	_ pipeline.Ledger     = (*Ledger)(nil)
-	_ pipeline.Marking    = (*Ledger)(nil)
-	_ pipeline.Claimer    = (*Ledger)(nil)
-	_ pipeline.MarkerView = (*View)(nil)
+	_ pipeline.Ledger  = (*Ledger)(nil)
+	_ pipeline.Claimer = (*Ledger)(nil)
+	_ pipeline.View    = (*View)(nil)
 )
 
 // View is the state of a range: done ids and attempt counts.
@@ -60,10 +56,10 @@ type View struct {
 	markers  []pipeline.MarkerState
 }
 
-// Markers implements pipeline.MarkerView.
+// Markers implements pipeline.View.
 func (v *View) Markers() []pipeline.MarkerState { return v.markers }
 
-// Mark implements pipeline.Marking: a marker of the same nonce is replaced.
+// Mark implements pipeline.Ledger: a marker of the same nonce is replaced.
 func (l *Ledger) Mark(_ context.Context, shard recordid.Shard, m pipeline.Marker) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -73,9 +69,6 @@ func (l *Ledger) Mark(_ context.Context, shard recordid.Shard, m pipeline.Marker
 	}
 	if err := m.Validate(shard); err != nil {
 		return err // what the DynamoDB ledger refuses
-	}
-	if l.NoMarkers {
-		return nil
 	}
 	if l.markers == nil {
 		l.markers = map[string][]pipeline.Marker{}
@@ -92,7 +85,7 @@ func (l *Ledger) Mark(_ context.Context, shard recordid.Shard, m pipeline.Marker
 	return nil
 }
 
-// Unmark implements pipeline.Marking.
+// Unmark implements pipeline.Ledger.
 func (l *Ledger) Unmark(_ context.Context, shard recordid.Shard, m pipeline.Marker) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
