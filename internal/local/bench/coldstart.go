@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -23,9 +21,6 @@ type Bootstrap struct {
 	Package string            // Go package path relative to the module root, e.g. ./functions/consumer
 	Env     map[string]string // the function's environment
 }
-
-// BuildFlags are the flags of a Lambda bootstrap build (mk/sam.mk): static, stripped, no RPC mode.
-var BuildFlags = []string{"-tags", "lambda.norpc", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w"}
 
 // BootstrapResult is the size and cold start of one bootstrap.
 type BootstrapResult struct {
@@ -61,15 +56,8 @@ func hasGo(dir string) bool {
 
 // build compiles pkg (relative to root) for linux/goarch into out.
 func build(ctx context.Context, root, pkg, goarch, out string) (int64, error) {
-	args := append([]string{"build"}, BuildFlags...)
-	args = append(args, "-o", out, pkg)
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("bench: go build %s (%s): %w: %s", pkg, goarch, err, clip(stderr.String()))
+	if err := rie.BuildFor(ctx, root, pkg, out, goarch); err != nil {
+		return 0, fmt.Errorf("bench: %s", clip(err.Error()))
 	}
 	st, err := os.Stat(out)
 	if err != nil {
@@ -78,7 +66,7 @@ func build(ctx context.Context, root, pkg, goarch, out string) (int64, error) {
 	return st.Size(), nil
 }
 
-// ColdStarts builds each bootstrap with BuildFlags into dir, measures its size, and starts it
+// ColdStarts builds each bootstrap with rie.BuildFlags into dir, measures its size, and starts it
 // under aws-lambda-rie reps times, each a fresh environment invoked twice with an empty event
 // (cold, then warm). arm64 also builds the arm64 binary for its size.
 func ColdStarts(ctx context.Context, root, dir string, boots []Bootstrap, reps int, arm64 bool) ([]BootstrapResult, error) {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gapless-dev/gapless/internal/local/rie"
 )
 
 // find returns the case result for handler, batch size and PF.
@@ -325,7 +327,7 @@ func (r *Results) WriteMarkdown(w io.Writer, command string) error {
 
 	if len(r.Bootstraps) > 0 {
 		p("\n### Bootstraps under aws-lambda-rie\n\nBuilt with `CGO_ENABLED=0 GOOS=linux go build %s`. Each cold start is a fresh emulator invoked twice with an empty event; init = first − second invocation (process start, Go runtime, main's init, runtime API handshake).\n\n",
-			strings.ReplaceAll(strings.Join(BuildFlags, " "), "-s -w", `"-s -w"`))
+			strings.ReplaceAll(strings.Join(rie.BuildFlags, " "), "-s -w", `"-s -w"`))
 		p("| handler | package | size MB | size MB (arm64) | init ms (median) | init ms (all) | cold invoke ms | warm invoke ms |\n")
 		p("|---|---|---:|---:|---:|---|---|---|\n")
 		for _, x := range r.Bootstraps {
