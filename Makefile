@@ -2,6 +2,10 @@
 # need (npm emulators into tools/node_modules, Go modules through the module proxy).
 GO        ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m -p 4 -parallel 4
+# The moto pass: no -race (the dynalite pass proves the concurrency), and two packages at a time:
+# moto_server is one Python process serving DynamoDB and SQS to the whole pass, and at four its
+# latency under load ran tests out of their time.
+MOTOFLAGS ?= $(subst -p 4,-p 2,$(filter-out -race,$(GOTESTFLAGS)))
 PKGS      ?= ./...
 BIN       := bin
 # Modules of their own under examples/, built on the public package: vetted and tested with the rest.
@@ -36,7 +40,7 @@ down: gapless
 ## with -race against dynalite+fauxqs, the packages that talk to the stack again against
 ## moto_server, and the simulator
 test: lint tools gapless
-	GO="$(GO)" MAKE="$(MAKE)" scripts/test-passes.sh
+	GO="$(GO)" MAKE="$(MAKE)" GOTESTFLAGS="$(GOTESTFLAGS)" MOTOFLAGS="$(MOTOFLAGS)" scripts/test-passes.sh
 
 # One pass alone: test-dynalite (-race, every package) or test-moto (the stack's packages).
 test-dynalite: tools gapless
@@ -45,7 +49,7 @@ test-dynalite: tools gapless
 # The moto pass runs only the packages whose tests reach the stack (scripts/stack-packages.sh):
 # the rest never talk to DynamoDB or SQS, and the dynalite pass already ran them.
 test-moto: tools gapless
-	scripts/with-stack.sh moto $(MAKE) --no-print-directory test-go GOTESTFLAGS="$(filter-out -race,$(GOTESTFLAGS))" PKGS="$$(scripts/stack-packages.sh | tr '\n' ' ')"
+	scripts/with-stack.sh moto $(MAKE) --no-print-directory test-go GOTESTFLAGS="$(MOTOFLAGS)" PKGS="$$(scripts/stack-packages.sh | tr '\n' ' ')"
 
 # test-go: the module's tests, then each example module's, against the stack with-stack.sh exported
 test-go:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Usage: scripts/test-passes.sh
+# Usage: GOTESTFLAGS=... MOTOFLAGS=... scripts/test-passes.sh (`make test` sets both: the Makefile
+# defines them)
 # The suite's three passes, side by side (the suite waits on emulators, timeouts and child
 # processes far more than it computes: one pass at a time left the two cores idle most of the
 # time), each line prefixed with its pass:
@@ -16,7 +17,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 MAKE=${MAKE:-make}
-flags="-count=1 -timeout 30m -p 4 -parallel 4"
+: "${GOTESTFLAGS:?set by make test (the race pass's flags)}" "${MOTOFLAGS:?set by make test (the moto pass's flags)}"
+nonrace=$(sed 's/-race//' <<<"$GOTESTFLAGS")
 sim=github.com/gapless-dev/gapless/internal/local/sim
 others=$($GO list ./... | grep -vx "$sim" | tr '\n' ' ')
 stack=$(scripts/stack-packages.sh | grep -vx "$sim" | tr '\n' ' ')
@@ -30,11 +32,10 @@ pass() { # name, command...
 	return "$rc"
 }
 
-pass race scripts/with-stack.sh dynalite $MAKE --no-print-directory test-go GOTESTFLAGS="-race $flags" PKGS="$others" & race=$!
-# moto_server is one Python process serving DynamoDB and SQS to the whole pass: two packages at a
-# time, not four (at four, its latency under load ran tests out of their time).
-pass moto scripts/with-stack.sh moto $MAKE --no-print-directory test-go GOTESTFLAGS="${flags/-p 4/-p 2}" PKGS="$stack" & moto=$!
-pass sim nice -n 10 $GO test $flags "$sim" & simpid=$! # niced: it computes, the others keep time
+pass race scripts/with-stack.sh dynalite $MAKE --no-print-directory test-go GOTESTFLAGS="$GOTESTFLAGS" PKGS="$others" & race=$!
+pass moto scripts/with-stack.sh moto $MAKE --no-print-directory test-go GOTESTFLAGS="$MOTOFLAGS" PKGS="$stack" & moto=$!
+# shellcheck disable=SC2086 # the flags are words
+pass sim nice -n 10 $GO test $nonrace "$sim" & simpid=$! # niced: it computes, the others keep time
 rc=0
 for p in $race $moto $simpid; do wait "$p" || rc=1; done
 [ "$rc" = 0 ] && echo "all three passes passed" || echo "a pass FAILED: see its [race], [moto] or [sim] lines above"
