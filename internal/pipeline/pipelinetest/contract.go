@@ -76,15 +76,6 @@ func TestStores(ctx context.Context, s Stores) error {
 	return errors.Join(errs...)
 }
 
-// ContractCases names the cases TestStores runs, in order.
-func ContractCases() []string {
-	names := make([]string, len(contractCases))
-	for i, c := range contractCases {
-		names[i] = c.name
-	}
-	return names
-}
-
 func cid(shard recordid.Shard, i int) recordid.ID {
 	return recordid.ID{ShardID: shard.ShardID, Seq: ContractSeq(i)}
 }
