@@ -12,7 +12,7 @@ import (
 // then these two), not three.
 //
 // Writing them at once is safe because the checkpoint never decides processing
-// (docs/consumer.md, "Two round trips: the entry and the checkpoint in parallel"): no reader
+// (docs/design.md, "1. The checkpoint never decides whether a record is processed"): no reader
 // takes a record for done because the checkpoint passed it. The pipeline reads only the ledger;
 // the reconciler treats a record behind the checkpoint with no ledger entry as a gap and replays
 // it. So a checkpoint that lands while the entry is lost (a failed write, a crash between the

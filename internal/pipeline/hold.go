@@ -10,8 +10,9 @@ import (
 	"github.com/gapless-dev/gapless/internal/recordid"
 )
 
-// Strict order per partition key (ON_PARK=hold-key, WithHoldKey). The design and the argument
-// that no record overtakes a parked one are in docs/consumer.md, "Holding a key".
+// Strict order per partition key (ON_PARK=hold-key, WithHoldKey). The design is in
+// docs/consumer.md, "Holding a key"; the argument that no record overtakes a parked one in
+// docs/design.md, "6. Under `ON_PARK=hold-key`".
 //
 //   - When a record is about to be parked, its key's hold is written first (Holder.Hold with
 //     create): the record becomes the key's head, or, if the key is already held, is listed
