@@ -433,7 +433,7 @@ type parkedAs struct {
 
 // An outcome is kept per record of the batch for the whole run: at 10,000 records every byte of
 // it is 10 KB of live heap during the sends, and the collector's heap goal is twice the live heap
-// (docs/benchmarks.md, "Memory of the batched bridge"). What only parked records need (the hold
+// (docs/benchmarks.md, "Why the batched bridge's memory stays above 3×"). What only parked records need (the hold
 // head and the park receipt) is therefore behind a pointer, and the reason is one byte, not a
 // flag per reason: 40 bytes an outcome (80 with both inline).
 
