@@ -14,16 +14,17 @@ import (
 	"github.com/gapless-dev/gapless/internal/local/localstack"
 )
 
-// TestReadmeLocalDevelopment runs every command of README.md's "Local development" block, as
-// written, in one shell (so `. .local/stack.env` carries over), and fails when any of them
-// fails. The block is read from README.md, so editing the README changes what is tested.
+// TestLocalDevelopmentDoc runs every command of docs/development.md's "Local development"
+// block, as written from the repository's root, in one shell (so `. .local/stack.env` carries
+// over), and fails when any of them fails. The block is read from the document, so editing it
+// changes what is tested.
 //
 // It runs in a copy of the checkout (its own .local/, so a developer's stack is left alone), on
 // free ports (GAPLESS_PORT_*), with none of the suite's AWS_* or function variables: only
-// what the README's commands set. `make up` starts dynalite + fauxqs whatever backend the suite
+// what the document's commands set. `make up` starts dynalite + fauxqs whatever backend the suite
 // runs on, so on the moto pass (make test-moto) the test would repeat the same run: it is
 // skipped there.
-func TestReadmeLocalDevelopment(t *testing.T) {
+func TestLocalDevelopmentDoc(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a stack and builds the CLI and the consumer")
@@ -33,18 +34,18 @@ func TestReadmeLocalDevelopment(t *testing.T) {
 	}
 	for _, tool := range []string{"make", "bash", "node"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is needed to run the README's commands: %v", tool, err)
+			t.Fatalf("%s is needed to run the document's commands: %v", tool, err)
 		}
 	}
 	root, err := localstack.FindRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(root, "docs", "development.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	commands, err := readmeBlock(string(readme), "## Local development")
+	commands, err := docBlock(string(readme), "## Local development")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,22 +69,22 @@ func TestReadmeLocalDevelopment(t *testing.T) {
 	var script strings.Builder
 	script.WriteString("set -eE -o pipefail\ntrap 'echo \"=== failed (exit $?): $BASH_COMMAND\" >&2' ERR\n")
 	for i, c := range commands {
-		fmt.Fprintf(&script, "echo %s >&2\n%s\n", shellQuote(fmt.Sprintf("=== README command %d: %s", i+1, c)), c)
+		fmt.Fprintf(&script, "echo %s >&2\n%s\n", shellQuote(fmt.Sprintf("=== command %d: %s", i+1, c)), c)
 	}
 	// After the block the shell must point nowhere near the stopped stack.
 	script.WriteString("if env | grep -E '^(AWS_ENDPOINT_URL_[A-Z0-9_]*|STREAM_NAME|GAPLESS_GROUP)='; then echo '=== the stack environment is still set' >&2; exit 1; fi\n")
 	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", "-c", script.String())
 	cmd.Dir = dir
-	cmd.Env = readmeEnv(t)
+	cmd.Env = docEnv(t)
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
 	log := out.String()
 	if err != nil {
-		t.Fatalf("README's local-development commands failed (%v):\n%s", err, tail(log, 12000))
+		t.Fatalf("docs/development.md's local-development commands failed (%v):\n%s", err, tail(log, 12000))
 	}
-	// What the README says they show.
+	// What the document says they show.
 	for _, want := range []string{
 		`"stream":"gapless-demo","shard_id":"shardId-000000000000"`, // SAM's sample, as STREAM_NAME's
 		`"batchItemFailures":[{"itemIdentifier":"`,                  // the poison record fails ...
@@ -100,11 +101,11 @@ func TestReadmeLocalDevelopment(t *testing.T) {
 	}
 }
 
-// readmeBlock returns the lines of the first ```sh block after heading, without blank lines.
-func readmeBlock(md, heading string) ([]string, error) {
+// docBlock returns the lines of the first ```sh block after heading, without blank lines.
+func docBlock(md, heading string) ([]string, error) {
 	_, section, ok := strings.Cut(md, "\n"+heading+"\n")
 	if !ok {
-		return nil, fmt.Errorf("README.md has no %q section", heading)
+		return nil, fmt.Errorf("docs/development.md has no %q section", heading)
 	}
 	_, block, ok := strings.Cut(section, "```sh\n")
 	if !ok {
@@ -162,10 +163,10 @@ func copyCheckout(t *testing.T, root string) string {
 	return dir
 }
 
-// readmeEnv is the environment the README's commands start from: the user's tools (PATH, Go's
+// docEnv is the environment the document's commands start from: the user's tools (PATH, Go's
 // caches), free ports for the stack, and none of the suite's AWS_*, GAPLESS_* or function
 // variables.
-func readmeEnv(t *testing.T) []string {
+func docEnv(t *testing.T) []string {
 	t.Helper()
 	drop := map[string]bool{"STREAM_NAME": true, "CHECKPOINT_TABLE": true, "DEDUPE_TABLE": true,
 		"PARKED_QUEUE_URL": true, "TARGET_QUEUE_URL": true, "MAKEFLAGS": true, "MFLAGS": true, "MAKELEVEL": true}
