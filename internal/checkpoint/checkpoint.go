@@ -6,7 +6,7 @@
 // order-preserving encoding of the sequence number (seqnum.Encode; never a DynamoDB Number,
 // never the raw string), and a write that loses the race to a higher or equal value is a
 // Result with Advanced=false, not an error. Nothing here tells a caller to skip records: the
-// seed report's bug was a consumer that treated a lost compare-and-set as "someone else did
+// field report's bug was a consumer that treated a lost compare-and-set as "someone else did
 // my batch". Callers decide what was processed from the ledger, never from a Result.
 package checkpoint
 

@@ -23,7 +23,7 @@ import (
 // is the difference to the previous sequence number: V = 0 (tag 0, no magnitude) means the
 // same sequence, and subfield is then sub - previousSub - 1 (sub-indexes strictly increase);
 // otherwise subfield is the sub-index itself. Z strips whole zero bytes at the bottom of V:
-// Kinesis sequence numbers of one shard differ by multiples of 2^80 or so (the seed report's
+// Kinesis sequence numbers of one shard differ by multiples of 2^80 or so (the field report's
 // consecutive records differ by exactly 2^80), so a typical id costs 3 bytes (tag 0x4A, one
 // magnitude byte, sub 0) instead of 13. Every uvarint is minimal; a magnitude's first and last
 // bytes are non-zero; so each set has exactly one encoding and decode(encode(x)) = x, and

@@ -15,7 +15,7 @@ import (
 // must agree on it: it is a constant of the table layout, not a setting.
 //
 // 2^96 is 65,536 times the 2^80 that consecutive sequence numbers of a shard differ by in the
-// seed report (1, 2 or 3 x 2^80): a 10,000-record batch at that spacing spans at most
+// field report (1, 2 or 3 x 2^80): a 10,000-record batch at that spacing spans at most
 // 30,000 x 2^80 and is never cut, and a lookup reads past its range at most the entries of the
 // next 2^96 of sequence space.
 const MaxSpan = "79228162514264337593543950336"

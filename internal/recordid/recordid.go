@@ -37,7 +37,7 @@ func validName(s string) bool {
 }
 
 // Shard is one shard of one stream as consumed by one consumer group (GAPLESS_GROUP). Two
-// applications reading one stream are two groups with separate state, like the seed report's
+// applications reading one stream are two groups with separate state, like the field report's
 // "Group:Stream:shardId" keys.
 type Shard struct {
 	Group   string

@@ -8,7 +8,7 @@
 //   - Idempotent is Bare plus the record-level idempotency recipe of Powertools for AWS Lambda
 //     (Python, TypeScript, Java, .NET): one DynamoDB item per record, claimed INPROGRESS with a
 //     conditional PutItem before Process and set COMPLETED with an UpdateItem after it.
-//   - CheckpointDecides is the seed report's consumer: a shared per-shard checkpoint read before
+//   - CheckpointDecides is the field report's consumer: a shared per-shard checkpoint read before
 //     the batch filters out records at or below it, and a lost compare-and-replace skips the
 //     rest of the batch (checkpoint.go). It loses records whenever two batches of one shard run
 //     at once; the demo runs it to show that failure.

@@ -28,7 +28,7 @@ type CheckpointStore interface {
 	Replace(ctx context.Context, key, old, next string) (bool, error)
 }
 
-// CheckpointDecides returns the handler of the seed report's consumer (spring-integration-aws
+// CheckpointDecides returns the handler of the field report's consumer (spring-integration-aws
 // 2.0.0.M2, batch checkpoint mode, several consumers on one shard), where the checkpoint
 // decides what is processed:
 //

@@ -27,7 +27,7 @@ const (
 )
 
 // seqBase is a 56-digit sequence number like the ones Kinesis hands out; consecutive records
-// of a shard are 1, 2 or 3 times 2^80 apart, the spacing seen in the seed report (see
+// of a shard are 1, 2 or 3 times 2^80 apart, the spacing seen in the field report (see
 // internal/dedupe's benchmarks), which is what the ledger's delta encoding has to cope with.
 var (
 	seqBase, _ = new(big.Int).SetString("49590338271490256608559692538361571095921575989136588898", 10)

@@ -1,4 +1,4 @@
-// Package demo runs the seed report's load test against the local stack and goes past it: the
+// Package demo runs the field report's load test against the local stack and goes past it: the
 // same seeded workload (4,500 uniquely identified records by default) over several shards with
 // ParallelizationFactor > 1 and every fault on, once through the event-source mapping alone and
 // once through gapless, and prints the two side by side (`make demo`, `gapless demo`).

@@ -241,7 +241,7 @@ func Markdown(res *Result) string {
 	}
 	b.WriteString("\n*lost* = produced − delivered (unique ids at the target queue) − parked (records not delivered whose " +
 		"exact payload is in the parked queue). The mapping alone loses what it gives up (retries exhausted: its " +
-		"on-failure destination gets metadata only) and every poison record. Checkpoint decides (the seed report's " +
+		"on-failure destination gets metadata only) and every poison record. Checkpoint decides (the field report's " +
 		"consumer) also drops records at or below a shared checkpoint that another batch of the shard moved past them, " +
 		"and the failed records of a batch whose compare-and-replace lost. gapless parks poison records with their " +
 		"payload and replays every range the mapping gave up. *pending* = neither delivered nor parked when " +

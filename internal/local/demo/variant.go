@@ -29,7 +29,7 @@ import (
 const (
 	// VariantBaseline: the mapping alone, internal/local/baseline's Bare handler.
 	VariantBaseline = "mapping-alone"
-	// VariantCheckpointDecides: the seed report's consumer, internal/local/baseline's
+	// VariantCheckpointDecides: the field report's consumer, internal/local/baseline's
 	// CheckpointDecides (a shared checkpoint filters records; a lost replace skips the batch).
 	VariantCheckpointDecides = "checkpoint-decides"
 	// VariantGapless: internal/consumer and the reconciler.
