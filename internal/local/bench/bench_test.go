@@ -321,6 +321,9 @@ func TestTargetsAndReport(t *testing.T) {
 	if err := xml.Unmarshal(svg.Bytes(), new(struct{})); err != nil {
 		t.Errorf("SVG is not well-formed XML: %v", err)
 	}
+	if strings.Contains(svg.String(), `fill=""`) {
+		t.Errorf("SVG draws a shape without a colour (a legend entry for a handler no panel draws?)")
+	}
 	if n := strings.Count(svg.String(), "<rect x="); n < 2*3+6+3 { // bars + legend
 		t.Errorf("%d rects in the chart", n)
 	}

@@ -20,12 +20,12 @@ type panel struct {
 }
 
 // WriteSVG draws the headline figures at ParallelizationFactor pf as grouped bars on log scales:
-// DynamoDB round trips per batch, write units per record, and records per second through the
+// DynamoDB requests (HTTP round trips, parallel or not) per batch, write units per record, and records per second through the
 // handler, by batch size.
 func (r *Results) WriteSVG(w io.Writer, pf int) error {
 	sizes, _ := r.grid()
 	panels := []panel{
-		{"DynamoDB round trips per batch", []string{Idempotent, Gapless},
+		{"DynamoDB requests per batch", []string{Idempotent, Gapless},
 			func(c CaseResult) float64 { return c.DDBAttemptsPerBatch }, func(v float64) string { return num3(v) }},
 		{"DynamoDB write units per record", []string{Idempotent, Gapless},
 			func(c CaseResult) float64 { return c.WriteUnitsPerRecord }, func(v float64) string { return num3(v) }},
@@ -85,8 +85,13 @@ func (r *Results) WriteSVG(w io.Writer, pf int) error {
 		}
 		p(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">batch size</text>`+"\n", x0+pw/2, top+plotH+30)
 	}
+	// The legend names the handlers the panels draw (the SQS bridge's handlers are in the tables
+	// only), each with its bars' colour.
 	lx := left
 	for _, h := range Handlers {
+		if colors[h] == "" {
+			continue
+		}
 		p(`<rect x="%.1f" y="%.1f" width="12" height="12" fill="%s"/><text x="%.1f" y="%.1f">%s</text>`+"\n",
 			lx, height-22, colors[h], lx+16, height-12, map[string]string{Bare: "(a) bare", Idempotent: "(b) record-level idempotency", Gapless: "(c) gapless"}[h])
 		lx += 200
