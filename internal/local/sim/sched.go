@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,7 +131,10 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 	n := a.calls[k]
 	a.calls[k] = n + 1
 	w := &waiter{key: a.name + "|" + k + "|" + strconv.Itoa(n), ch: make(chan struct{})}
-	s.pending = append(s.pending, w)
+	// pending is kept sorted by key (keys are unique: an actor's name and its call's
+	// occurrence), so the loop picks without sorting.
+	i, _ := slices.BinarySearchFunc(s.pending, w.key, func(p *waiter, k string) int { return strings.Compare(p.key, k) })
+	s.pending = slices.Insert(s.pending, i, w)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -271,10 +274,9 @@ func (s *Sched) loop(stop func() bool) {
 		synctest.Wait()
 		s.mu.Lock()
 		if n := len(s.pending); n > 0 {
-			sort.Slice(s.pending, func(i, j int) bool { return s.pending[i].key < s.pending[j].key })
 			i := s.pick.IntN(n)
 			w := s.pending[i]
-			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			s.pending = slices.Delete(s.pending, i, i+1)
 			s.grants++
 			for _, c := range w.key {
 				s.trace = s.trace*1099511628211 + uint64(c)
@@ -327,9 +329,22 @@ var siteCache sync.Map // pc -> site name
 // callerSite names the first product function on the stack (outside this package and the SDK
 // adapters), e.g. "dedupe.(*Ledger).Mark".
 func callerSite() string {
+	// The product function is nearly always the frame above the client method (or above a
+	// mutation's wrapper): unwinding a few frames first is cheaper than twelve every call.
+	var few [4]uintptr
+	if site := siteOf(few[:runtime.Callers(3, few[:])]); site != "" {
+		return site
+	}
 	var pcs [12]uintptr
-	n := runtime.Callers(3, pcs[:])
-	for _, pc := range pcs[:n] {
+	if site := siteOf(pcs[:runtime.Callers(3, pcs[:])]); site != "" {
+		return site
+	}
+	return "?"
+}
+
+// siteOf names the first product function among pcs ("" if none).
+func siteOf(pcs []uintptr) string {
+	for _, pc := range pcs {
 		if v, ok := siteCache.Load(pc); ok {
 			if v.(string) == "" {
 				continue
@@ -348,5 +363,5 @@ func callerSite() string {
 			return name
 		}
 	}
-	return "?"
+	return ""
 }

@@ -3,6 +3,8 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -11,6 +13,18 @@ import (
 	"testing/synctest"
 	"time"
 )
+
+// TestMain runs the simulator on one processor unless GOMAXPROCS says otherwise. A run is
+// sequential by construction (one bubble; the scheduler lets one call through at a time and
+// waits until every goroutine is blocked again), so a second processor only adds wake-ups of
+// an idle processor (futex calls) and cross-processor handoffs: 120 runs took about two thirds
+// of the wall time on one processor per process (docs/simulator.md, "Figures").
+func TestMain(m *testing.M) {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+	os.Exit(m.Run())
+}
 
 var (
 	flagSeeds      = flag.String("sim.seeds", "", "seeds to run: a list (1,2,3) or a first seed and a count (100+50); empty: fresh seeds from the clock")
