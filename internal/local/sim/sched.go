@@ -57,6 +57,10 @@ type actor struct {
 	done   <-chan struct{} // the invocation's end (its function timeout): where a hang stops
 	calls  map[string]int  // gate calls by site and detail
 	kind   string          // consumer, reconciler, failure, mapping, producer
+	// late: its faults are drawn from a stream of their own (Sched.lr) and go on after the
+	// other actors' faults end (the operator's redrive sessions start after production's
+	// faults; drawing them apart left every other draw of a seed as it was).
+	late bool
 }
 
 func withActor(ctx context.Context, a *actor) context.Context {
@@ -89,6 +93,7 @@ type Sched struct {
 	pick     *rand.Rand
 	fr       *rand.Rand
 	hr       *rand.Rand // hangs: a stream of their own, so that adding them left the other faults' draws as they were
+	lr       *rand.Rand // every fault of a late actor (the operator's redrive)
 	faults   Faults
 	chaos    bool
 	ord      int          // faults drawn so far
@@ -100,7 +105,7 @@ type Sched struct {
 }
 
 func newSched(seed uint64, f Faults, suppress map[int]bool) *Sched {
-	return &Sched{wake: make(chan struct{}, 1), pick: rand.New(rand.NewPCG(seed, 1)), fr: rand.New(rand.NewPCG(seed, 2)), hr: rand.New(rand.NewPCG(seed, 7)),
+	return &Sched{wake: make(chan struct{}, 1), pick: rand.New(rand.NewPCG(seed, 1)), fr: rand.New(rand.NewPCG(seed, 2)), hr: rand.New(rand.NewPCG(seed, 7)), lr: rand.New(rand.NewPCG(seed, 9)),
 		faults: f, chaos: true, suppress: suppress, Sites: map[string]*SiteStats{}}
 }
 
@@ -144,7 +149,7 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.site(site).Calls++
-	if a.mortal && s.chaos && s.drawLocked(s.faults.Die) {
+	if a.mortal && s.on(a) && s.rng(a, s.fr).Float64() < s.faults.Die {
 		if s.apply(fmt.Sprintf("%s dies before %s", a.name, site)) {
 			a.dead = true
 			a.cancel()
@@ -152,7 +157,7 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 			return errDied
 		}
 	}
-	if a.mortal && a.done != nil && s.chaos && s.hr.Float64() < s.faults.Hang {
+	if a.mortal && a.done != nil && s.on(a) && s.rng(a, s.hr).Float64() < s.faults.Hang {
 		if s.apply(fmt.Sprintf("%s hangs before %s", a.name, site)) {
 			// The call makes no progress until the invocation's timeout; Lambda then ends the
 			// runtime ("Task timed out"), so the sandbox is gone as after a death.
@@ -188,9 +193,15 @@ func (s *Sched) kill(a *actor, why string) {
 	s.Log = append(s.Log, fmt.Sprintf("t=%s %s dies: %s", time.Now().UTC().Format("15:04:05.000"), a.name, why))
 }
 
-// drawLocked draws one number and reports whether it falls under p (always one draw).
-func (s *Sched) drawLocked(p float64) bool {
-	return s.fr.Float64() < p
+// on reports whether a's calls draw faults now.
+func (s *Sched) on(a *actor) bool { return s.chaos || a.late }
+
+// rng is the stream a's faults are drawn from: r, or the late actors' own.
+func (s *Sched) rng(a *actor, r *rand.Rand) *rand.Rand {
+	if a.late {
+		return s.lr
+	}
+	return r
 }
 
 // apply numbers a drawn fault and reports whether it is applied (not suppressed by shrinking).
@@ -216,8 +227,8 @@ func (s *Sched) draw(ctx context.Context, site string, write bool) fault {
 	a := actorOf(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := s.fr.Float64()
-	if !a.faulty || !s.chaos {
+	x := s.rng(a, s.fr).Float64()
+	if !a.faulty || !s.on(a) {
 		return faultNone
 	}
 	switch {
@@ -240,8 +251,8 @@ func (s *Sched) partial(ctx context.Context, site string) bool {
 	a := actorOf(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := s.fr.Float64()
-	if !a.faulty || !s.chaos || x >= s.faults.Partial {
+	x := s.rng(a, s.fr).Float64()
+	if !a.faulty || !s.on(a) || x >= s.faults.Partial {
 		return false
 	}
 	if s.apply(fmt.Sprintf("%s: %s item unprocessed", a.name, site)) {
@@ -257,6 +268,14 @@ func (s *Sched) chance(p float64, what string) bool {
 	defer s.mu.Unlock()
 	x := s.fr.Float64()
 	return s.chaos && x < p && s.apply(what)
+}
+
+// chanceOf is chance for an event of a's (its business logic).
+func (s *Sched) chanceOf(a *actor, p float64, what string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.rng(a, s.fr).Float64()
+	return s.on(a) && x < p && s.apply(what)
 }
 
 // calm ends the chaos: no more faults or deaths.
