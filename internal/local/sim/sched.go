@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -318,8 +319,13 @@ func (s *Sched) loop(stop func() bool) {
 // call makes one SDK call through the fault layer: each attempt waits at the gate and may fail
 // before it is applied or be applied with its response lost; like the SDK's retryer, a failed
 // attempt is retried (after a backoff) up to sdkAttempts, and the caller sees the last error.
-func call[T any](ctx context.Context, s *Sched, op, detail string, write bool, f func() (T, error)) (T, error) {
-	site := op + " " + callerSite()
+//
+// site names the product function making the call; "" reads it from the stack (callerSite).
+func call[T any](ctx context.Context, s *Sched, site, op, detail string, write bool, f func() (T, error)) (T, error) {
+	if site == "" {
+		site = callerSite()
+	}
+	site = op + " " + site
 	var zero T
 	var last error
 	for attempt := range sdkAttempts {
@@ -343,44 +349,55 @@ func call[T any](ctx context.Context, s *Sched, op, detail string, write bool, f
 	return zero, last
 }
 
-var siteCache sync.Map // pc -> site name
+var siteCache sync.Map // pc -> site name, "" (not a product function) or mappingFrame
+
+// mappingFrame marks a frame of the event-source mapping (internal/local/esm): no product
+// function is ever further up a stack that reaches it (the mapping's goroutines start in the
+// simulator, and it calls the consumer, not the other way round), so the search stops there.
+// The mapping's polls are most of a run's calls.
+const mappingFrame = "\x00mapping"
 
 // callerSite names the first product function on the stack (outside this package and the SDK
-// adapters), e.g. "dedupe.(*Ledger).Mark".
+// adapters), e.g. "dedupe.(*Ledger).Mark", or "?" (the mapping's calls, the simulator's own).
 func callerSite() string {
 	// The product function is nearly always the frame above the client method (or above a
 	// mutation's wrapper): unwinding a few frames first is cheaper than twelve every call.
 	var few [4]uintptr
-	if site := siteOf(few[:runtime.Callers(3, few[:])]); site != "" {
-		return site
+	n := runtime.Callers(3, few[:])
+	if site, stop := siteOf(few[:n]); site != "" || stop || n < len(few) {
+		return cmp.Or(site, "?")
 	}
 	var pcs [12]uintptr
-	if site := siteOf(pcs[:runtime.Callers(3, pcs[:])]); site != "" {
-		return site
-	}
-	return "?"
+	site, _ := siteOf(pcs[:runtime.Callers(3, pcs[:])])
+	return cmp.Or(site, "?")
 }
 
-// siteOf names the first product function among pcs ("" if none).
-func siteOf(pcs []uintptr) string {
+// siteOf names the first product function among pcs ("" if none); stop reports that the
+// search reached the mapping's code, above which no product function is.
+func siteOf(pcs []uintptr) (site string, stop bool) {
 	for _, pc := range pcs {
-		if v, ok := siteCache.Load(pc); ok {
-			if v.(string) == "" {
-				continue
+		v, ok := siteCache.Load(pc)
+		if !ok {
+			name := ""
+			if fn := runtime.FuncForPC(pc - 1); fn != nil {
+				full := fn.Name()
+				switch {
+				case strings.HasPrefix(full, "github.com/gapless-dev/gapless/internal/local/esm."):
+					name = mappingFrame
+				case strings.HasPrefix(full, "github.com/gapless-dev/gapless/") && !strings.Contains(full, "/internal/local/"):
+					name = full[strings.LastIndex(full, "/")+1:]
+				}
 			}
-			return v.(string)
+			siteCache.Store(pc, name)
+			v = name
 		}
-		name := ""
-		if fn := runtime.FuncForPC(pc - 1); fn != nil {
-			full := fn.Name()
-			if strings.HasPrefix(full, "github.com/gapless-dev/gapless/") && !strings.Contains(full, "/internal/local/") {
-				name = full[strings.LastIndex(full, "/")+1:]
-			}
-		}
-		siteCache.Store(pc, name)
-		if name != "" {
-			return name
+		switch name := v.(string); name {
+		case "":
+		case mappingFrame:
+			return "", true
+		default:
+			return name, false
 		}
 	}
-	return ""
+	return "", false
 }

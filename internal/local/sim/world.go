@@ -472,7 +472,9 @@ func Run(cfg Config) (res Result) {
 		BatchSize: cfg.BatchSize, ParallelizationFactor: cfg.Parallelization, ReportBatchItemFailures: true,
 		BisectBatchOnFunctionError: cfg.Bisect, MaximumRetryAttempts: cfg.MaxRetry, FunctionTimeout: 10 * time.Second,
 		OnFailureQueueURL: w.failureURL, PollInterval: time.Second, MaximumRecordAge: cfg.MaxRecordAge}
-	mapping, err := esm.New(kinesisClient{s: w.s, m: w.kin}, sqsClient{s: w.s, m: w.q},
+	// The mapping's calls have no product function on their stacks: their site is "?", named
+	// here rather than read from the stack at each of its polls (most of a run's calls).
+	mapping, err := esm.New(kinesisClient{s: w.s, m: w.kin, site: "?"}, sqsClient{s: w.s, m: w.q, site: "?"},
 		func(shardID string, n int) (esm.Invoker, error) {
 			return &lane{w: w, name: fmt.Sprintf("%s/%d", shardID[len(shardID)-3:], n)}, nil
 		}, ecfg,
@@ -512,7 +514,7 @@ func Run(cfg Config) (res Result) {
 	// The failure queue's poller (Lambda's SQS mapping) and the reconciler's handler of it.
 	goActor(&actor{name: "failure-poller", kind: "poller"}, func(ctx context.Context) {
 		var h *reconcile.Handler
-		q := sqsClient{s: w.s, m: w.q}
+		q := sqsClient{s: w.s, m: w.q, site: "?"} // the poller is the simulator's own code
 		for n := 1; sleep(ctx, 2*time.Second); n++ {
 			out, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.failureURL), MaxNumberOfMessages: 10, VisibilityTimeout: 120})
 			if err != nil || len(out.Messages) == 0 {
