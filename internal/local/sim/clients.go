@@ -24,37 +24,37 @@ type ddbClient struct {
 }
 
 func (c ddbClient) PutItem(ctx context.Context, in *dynamodb.PutItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	return call(ctx, c.s, "dynamodb PutItem", itemDetail(in.TableName, in.Item), true, func() (*dynamodb.PutItemOutput, error) { return c.m.PutItem(ctx, in) })
+	return call(ctx, c.s, "", "dynamodb PutItem", itemDetail(in.TableName, in.Item), true, func() (*dynamodb.PutItemOutput, error) { return c.m.PutItem(ctx, in) })
 }
 
 func (c ddbClient) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	return call(ctx, c.s, "dynamodb UpdateItem", itemDetail(in.TableName, in.Key), true, func() (*dynamodb.UpdateItemOutput, error) { return c.m.UpdateItem(ctx, in) })
+	return call(ctx, c.s, "", "dynamodb UpdateItem", itemDetail(in.TableName, in.Key), true, func() (*dynamodb.UpdateItemOutput, error) { return c.m.UpdateItem(ctx, in) })
 }
 
 func (c ddbClient) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	return call(ctx, c.s, "dynamodb DeleteItem", itemDetail(in.TableName, in.Key), true, func() (*dynamodb.DeleteItemOutput, error) { return c.m.DeleteItem(ctx, in) })
+	return call(ctx, c.s, "", "dynamodb DeleteItem", itemDetail(in.TableName, in.Key), true, func() (*dynamodb.DeleteItemOutput, error) { return c.m.DeleteItem(ctx, in) })
 }
 
 func (c ddbClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	return call(ctx, c.s, "dynamodb GetItem", itemDetail(in.TableName, in.Key), false, func() (*dynamodb.GetItemOutput, error) { return c.m.GetItem(ctx, in) })
+	return call(ctx, c.s, "", "dynamodb GetItem", itemDetail(in.TableName, in.Key), false, func() (*dynamodb.GetItemOutput, error) { return c.m.GetItem(ctx, in) })
 }
 
 func (c ddbClient) Query(ctx context.Context, in *dynamodb.QueryInput, _ ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	return call(ctx, c.s, "dynamodb Query", queryDetail(in), false, func() (*dynamodb.QueryOutput, error) { return c.m.Query(ctx, in) })
+	return call(ctx, c.s, "", "dynamodb Query", queryDetail(in), false, func() (*dynamodb.QueryOutput, error) { return c.m.Query(ctx, in) })
 }
 
 func (c ddbClient) Scan(ctx context.Context, in *dynamodb.ScanInput, _ ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
-	return call(ctx, c.s, "dynamodb Scan", "", false, func() (*dynamodb.ScanOutput, error) { return c.m.Scan(ctx, in) })
+	return call(ctx, c.s, "", "dynamodb Scan", "", false, func() (*dynamodb.ScanOutput, error) { return c.m.Scan(ctx, in) })
 }
 
 func (c ddbClient) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
-	return call(ctx, c.s, "dynamodb BatchWriteItem", batchDetail(in), true, func() (*dynamodb.BatchWriteItemOutput, error) {
+	return call(ctx, c.s, "", "dynamodb BatchWriteItem", batchDetail(in), true, func() (*dynamodb.BatchWriteItemOutput, error) {
 		return c.m.batchWrite(in, func(int) bool { return c.s.partial(ctx, "dynamodb BatchWriteItem") })
 	})
 }
 
 func (c ddbClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	return call(ctx, c.s, "dynamodb BatchGetItem", "", false, func() (*dynamodb.BatchGetItemOutput, error) {
+	return call(ctx, c.s, "", "dynamodb BatchGetItem", "", false, func() (*dynamodb.BatchGetItemOutput, error) {
 		// A partial result hands keys back in UnprocessedKeys: those are not read.
 		read := &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{}}
 		back := map[string]types.KeysAndAttributes{}
@@ -86,55 +86,57 @@ func (c ddbClient) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemIn
 }
 
 type sqsClient struct {
-	s *Sched
-	m *SQS
+	s    *Sched
+	m    *SQS
+	site string // the calls' site when known without reading the stack ("?": the mapping's); "": read it
 }
 
 func (c sqsClient) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
-	return call(ctx, c.s, "sqs SendMessage", aws.ToString(in.QueueUrl)+"|"+strconv.Itoa(len(aws.ToString(in.MessageBody))), true, func() (*sqs.SendMessageOutput, error) { return c.m.SendMessage(ctx, in) })
+	return call(ctx, c.s, c.site, "sqs SendMessage", aws.ToString(in.QueueUrl)+"|"+strconv.Itoa(len(aws.ToString(in.MessageBody))), true, func() (*sqs.SendMessageOutput, error) { return c.m.SendMessage(ctx, in) })
 }
 
 func (c sqsClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	return call(ctx, c.s, "sqs ReceiveMessage", aws.ToString(in.QueueUrl), true, func() (*sqs.ReceiveMessageOutput, error) { return c.m.ReceiveMessage(ctx, in) })
+	return call(ctx, c.s, c.site, "sqs ReceiveMessage", aws.ToString(in.QueueUrl), true, func() (*sqs.ReceiveMessageOutput, error) { return c.m.ReceiveMessage(ctx, in) })
 }
 
 func (c sqsClient) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
-	return call(ctx, c.s, "sqs DeleteMessage", aws.ToString(in.ReceiptHandle), true, func() (*sqs.DeleteMessageOutput, error) { return c.m.DeleteMessage(ctx, in) })
+	return call(ctx, c.s, c.site, "sqs DeleteMessage", aws.ToString(in.ReceiptHandle), true, func() (*sqs.DeleteMessageOutput, error) { return c.m.DeleteMessage(ctx, in) })
 }
 
 func (c sqsClient) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	return call(ctx, c.s, "sqs ChangeMessageVisibility", aws.ToString(in.ReceiptHandle), true, func() (*sqs.ChangeMessageVisibilityOutput, error) {
+	return call(ctx, c.s, c.site, "sqs ChangeMessageVisibility", aws.ToString(in.ReceiptHandle), true, func() (*sqs.ChangeMessageVisibilityOutput, error) {
 		return c.m.ChangeMessageVisibility(ctx, in)
 	})
 }
 
 func (c sqsClient) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
-	return call(ctx, c.s, "sqs GetQueueUrl", aws.ToString(in.QueueName), false, func() (*sqs.GetQueueUrlOutput, error) { return c.m.GetQueueUrl(ctx, in) })
+	return call(ctx, c.s, c.site, "sqs GetQueueUrl", aws.ToString(in.QueueName), false, func() (*sqs.GetQueueUrlOutput, error) { return c.m.GetQueueUrl(ctx, in) })
 }
 
 type kinesisClient struct {
-	s *Sched
-	m *Kinesis
+	s    *Sched
+	m    *Kinesis
+	site string // as sqsClient's
 }
 
 func (c kinesisClient) DescribeStreamSummary(ctx context.Context, in *kinesis.DescribeStreamSummaryInput, _ ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error) {
-	return call(ctx, c.s, "kinesis DescribeStreamSummary", "", false, func() (*kinesis.DescribeStreamSummaryOutput, error) {
+	return call(ctx, c.s, c.site, "kinesis DescribeStreamSummary", "", false, func() (*kinesis.DescribeStreamSummaryOutput, error) {
 		return c.m.DescribeStreamSummary(ctx, in)
 	})
 }
 
 func (c kinesisClient) ListShards(ctx context.Context, in *kinesis.ListShardsInput, _ ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
-	return call(ctx, c.s, "kinesis ListShards", "", false, func() (*kinesis.ListShardsOutput, error) { return c.m.ListShards(ctx, in) })
+	return call(ctx, c.s, c.site, "kinesis ListShards", "", false, func() (*kinesis.ListShardsOutput, error) { return c.m.ListShards(ctx, in) })
 }
 
 func (c kinesisClient) GetShardIterator(ctx context.Context, in *kinesis.GetShardIteratorInput, _ ...func(*kinesis.Options)) (*kinesis.GetShardIteratorOutput, error) {
-	return call(ctx, c.s, "kinesis GetShardIterator", aws.ToString(in.ShardId)+"|"+string(in.ShardIteratorType)+"|"+aws.ToString(in.StartingSequenceNumber), false, func() (*kinesis.GetShardIteratorOutput, error) {
+	return call(ctx, c.s, c.site, "kinesis GetShardIterator", aws.ToString(in.ShardId)+"|"+string(in.ShardIteratorType)+"|"+aws.ToString(in.StartingSequenceNumber), false, func() (*kinesis.GetShardIteratorOutput, error) {
 		return c.m.GetShardIterator(ctx, in)
 	})
 }
 
 func (c kinesisClient) GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, _ ...func(*kinesis.Options)) (*kinesis.GetRecordsOutput, error) {
-	return call(ctx, c.s, "kinesis GetRecords", iterDetail(aws.ToString(in.ShardIterator)), false, func() (*kinesis.GetRecordsOutput, error) { return c.m.GetRecords(ctx, in) })
+	return call(ctx, c.s, c.site, "kinesis GetRecords", iterDetail(aws.ToString(in.ShardIterator)), false, func() (*kinesis.GetRecordsOutput, error) { return c.m.GetRecords(ctx, in) })
 }
 
 func digest(s string) string {

@@ -1,12 +1,13 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,10 @@ type actor struct {
 	done   <-chan struct{} // the invocation's end (its function timeout): where a hang stops
 	calls  map[string]int  // gate calls by site and detail
 	kind   string          // consumer, reconciler, failure, mapping, producer
+	// late: its faults are drawn from a stream of their own (Sched.lr) and go on after the
+	// other actors' faults end (the operator's redrive sessions start after production's
+	// faults; drawing them apart left every other draw of a seed as it was).
+	late bool
 }
 
 func withActor(ctx context.Context, a *actor) context.Context {
@@ -89,6 +94,7 @@ type Sched struct {
 	pick     *rand.Rand
 	fr       *rand.Rand
 	hr       *rand.Rand // hangs: a stream of their own, so that adding them left the other faults' draws as they were
+	lr       *rand.Rand // every fault of a late actor (the operator's redrive)
 	faults   Faults
 	chaos    bool
 	ord      int          // faults drawn so far
@@ -100,7 +106,7 @@ type Sched struct {
 }
 
 func newSched(seed uint64, f Faults, suppress map[int]bool) *Sched {
-	return &Sched{wake: make(chan struct{}, 1), pick: rand.New(rand.NewPCG(seed, 1)), fr: rand.New(rand.NewPCG(seed, 2)), hr: rand.New(rand.NewPCG(seed, 7)),
+	return &Sched{wake: make(chan struct{}, 1), pick: rand.New(rand.NewPCG(seed, 1)), fr: rand.New(rand.NewPCG(seed, 2)), hr: rand.New(rand.NewPCG(seed, 7)), lr: rand.New(rand.NewPCG(seed, 9)),
 		faults: f, chaos: true, suppress: suppress, Sites: map[string]*SiteStats{}}
 }
 
@@ -131,7 +137,10 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 	n := a.calls[k]
 	a.calls[k] = n + 1
 	w := &waiter{key: a.name + "|" + k + "|" + strconv.Itoa(n), ch: make(chan struct{})}
-	s.pending = append(s.pending, w)
+	// pending is kept sorted by key (keys are unique: an actor's name and its call's
+	// occurrence), so the loop picks without sorting.
+	i, _ := slices.BinarySearchFunc(s.pending, w.key, func(p *waiter, k string) int { return strings.Compare(p.key, k) })
+	s.pending = slices.Insert(s.pending, i, w)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -141,7 +150,7 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.site(site).Calls++
-	if a.mortal && s.chaos && s.drawLocked(s.faults.Die) {
+	if a.mortal && s.on(a) && s.rng(a, s.fr).Float64() < s.faults.Die {
 		if s.apply(fmt.Sprintf("%s dies before %s", a.name, site)) {
 			a.dead = true
 			a.cancel()
@@ -149,7 +158,7 @@ func (s *Sched) gate(ctx context.Context, site, detail string) error {
 			return errDied
 		}
 	}
-	if a.mortal && a.done != nil && s.chaos && s.hr.Float64() < s.faults.Hang {
+	if a.mortal && a.done != nil && s.on(a) && s.rng(a, s.hr).Float64() < s.faults.Hang {
 		if s.apply(fmt.Sprintf("%s hangs before %s", a.name, site)) {
 			// The call makes no progress until the invocation's timeout; Lambda then ends the
 			// runtime ("Task timed out"), so the sandbox is gone as after a death.
@@ -185,9 +194,15 @@ func (s *Sched) kill(a *actor, why string) {
 	s.Log = append(s.Log, fmt.Sprintf("t=%s %s dies: %s", time.Now().UTC().Format("15:04:05.000"), a.name, why))
 }
 
-// drawLocked draws one number and reports whether it falls under p (always one draw).
-func (s *Sched) drawLocked(p float64) bool {
-	return s.fr.Float64() < p
+// on reports whether a's calls draw faults now.
+func (s *Sched) on(a *actor) bool { return s.chaos || a.late }
+
+// rng is the stream a's faults are drawn from: r, or the late actors' own.
+func (s *Sched) rng(a *actor, r *rand.Rand) *rand.Rand {
+	if a.late {
+		return s.lr
+	}
+	return r
 }
 
 // apply numbers a drawn fault and reports whether it is applied (not suppressed by shrinking).
@@ -213,8 +228,8 @@ func (s *Sched) draw(ctx context.Context, site string, write bool) fault {
 	a := actorOf(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := s.fr.Float64()
-	if !a.faulty || !s.chaos {
+	x := s.rng(a, s.fr).Float64()
+	if !a.faulty || !s.on(a) {
 		return faultNone
 	}
 	switch {
@@ -237,8 +252,8 @@ func (s *Sched) partial(ctx context.Context, site string) bool {
 	a := actorOf(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := s.fr.Float64()
-	if !a.faulty || !s.chaos || x >= s.faults.Partial {
+	x := s.rng(a, s.fr).Float64()
+	if !a.faulty || !s.on(a) || x >= s.faults.Partial {
 		return false
 	}
 	if s.apply(fmt.Sprintf("%s: %s item unprocessed", a.name, site)) {
@@ -256,6 +271,14 @@ func (s *Sched) chance(p float64, what string) bool {
 	return s.chaos && x < p && s.apply(what)
 }
 
+// chanceOf is chance for an event of a's (its business logic).
+func (s *Sched) chanceOf(a *actor, p float64, what string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.rng(a, s.fr).Float64()
+	return s.on(a) && x < p && s.apply(what)
+}
+
 // calm ends the chaos: no more faults or deaths.
 func (s *Sched) calm() {
 	s.mu.Lock()
@@ -271,10 +294,9 @@ func (s *Sched) loop(stop func() bool) {
 		synctest.Wait()
 		s.mu.Lock()
 		if n := len(s.pending); n > 0 {
-			sort.Slice(s.pending, func(i, j int) bool { return s.pending[i].key < s.pending[j].key })
 			i := s.pick.IntN(n)
 			w := s.pending[i]
-			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			s.pending = slices.Delete(s.pending, i, i+1)
 			s.grants++
 			for _, c := range w.key {
 				s.trace = s.trace*1099511628211 + uint64(c)
@@ -297,8 +319,13 @@ func (s *Sched) loop(stop func() bool) {
 // call makes one SDK call through the fault layer: each attempt waits at the gate and may fail
 // before it is applied or be applied with its response lost; like the SDK's retryer, a failed
 // attempt is retried (after a backoff) up to sdkAttempts, and the caller sees the last error.
-func call[T any](ctx context.Context, s *Sched, op, detail string, write bool, f func() (T, error)) (T, error) {
-	site := op + " " + callerSite()
+//
+// site names the product function making the call; "" reads it from the stack (callerSite).
+func call[T any](ctx context.Context, s *Sched, site, op, detail string, write bool, f func() (T, error)) (T, error) {
+	if site == "" {
+		site = callerSite()
+	}
+	site = op + " " + site
 	var zero T
 	var last error
 	for attempt := range sdkAttempts {
@@ -322,31 +349,55 @@ func call[T any](ctx context.Context, s *Sched, op, detail string, write bool, f
 	return zero, last
 }
 
-var siteCache sync.Map // pc -> site name
+var siteCache sync.Map // pc -> site name, "" (not a product function) or mappingFrame
+
+// mappingFrame marks a frame of the event-source mapping (internal/local/esm): no product
+// function is ever further up a stack that reaches it (the mapping's goroutines start in the
+// simulator, and it calls the consumer, not the other way round), so the search stops there.
+// The mapping's polls are most of a run's calls.
+const mappingFrame = "\x00mapping"
 
 // callerSite names the first product function on the stack (outside this package and the SDK
-// adapters), e.g. "dedupe.(*Ledger).Mark".
+// adapters), e.g. "dedupe.(*Ledger).Mark", or "?" (the mapping's calls, the simulator's own).
 func callerSite() string {
+	// The product function is nearly always the frame above the client method (or above a
+	// mutation's wrapper): unwinding a few frames first is cheaper than twelve every call.
+	var few [4]uintptr
+	n := runtime.Callers(3, few[:])
+	if site, stop := siteOf(few[:n]); site != "" || stop || n < len(few) {
+		return cmp.Or(site, "?")
+	}
 	var pcs [12]uintptr
-	n := runtime.Callers(3, pcs[:])
-	for _, pc := range pcs[:n] {
-		if v, ok := siteCache.Load(pc); ok {
-			if v.(string) == "" {
-				continue
+	site, _ := siteOf(pcs[:runtime.Callers(3, pcs[:])])
+	return cmp.Or(site, "?")
+}
+
+// siteOf names the first product function among pcs ("" if none); stop reports that the
+// search reached the mapping's code, above which no product function is.
+func siteOf(pcs []uintptr) (site string, stop bool) {
+	for _, pc := range pcs {
+		v, ok := siteCache.Load(pc)
+		if !ok {
+			name := ""
+			if fn := runtime.FuncForPC(pc - 1); fn != nil {
+				full := fn.Name()
+				switch {
+				case strings.HasPrefix(full, "github.com/gapless-dev/gapless/internal/local/esm."):
+					name = mappingFrame
+				case strings.HasPrefix(full, "github.com/gapless-dev/gapless/") && !strings.Contains(full, "/internal/local/"):
+					name = full[strings.LastIndex(full, "/")+1:]
+				}
 			}
-			return v.(string)
+			siteCache.Store(pc, name)
+			v = name
 		}
-		name := ""
-		if fn := runtime.FuncForPC(pc - 1); fn != nil {
-			full := fn.Name()
-			if strings.HasPrefix(full, "github.com/gapless-dev/gapless/") && !strings.Contains(full, "/internal/local/") {
-				name = full[strings.LastIndex(full, "/")+1:]
-			}
-		}
-		siteCache.Store(pc, name)
-		if name != "" {
-			return name
+		switch name := v.(string); name {
+		case "":
+		case mappingFrame:
+			return "", true
+		default:
+			return name, false
 		}
 	}
-	return "?"
+	return "", false
 }
